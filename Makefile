@@ -1,0 +1,33 @@
+# lit_amp — every target creates .venv on first use and installs what it needs.
+PY        ?= python3
+VENV      := .venv
+VPY       := $(VENV)/bin/python
+STAMP     := $(VENV)/.installed
+# On a machine without CUDA, take the CPU build of torch (it lies on disk here; an unpinned
+# `torch` would pull a multi-GB CUDA build).
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1; then $(VPY) -m pip install -q torch; \
+	else $(VPY) -m pip install -q $(TORCH_PIN); fi
+	$(VPY) -m pip install -q -e ".[dev,examples]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VPY) examples/demo.py
+
+test: $(STAMP)
+	$(VPY) -m pytest -q -x --durations=15 tests
+
+bench: $(STAMP)
+	$(VPY) bench/overhead.py
+
+lint: $(STAMP)
+	$(VPY) -m ruff check lit_amp tests bench examples
+
+clean:
+	rm -rf $(VENV) lightning_logs outputs multirun .pytest_cache

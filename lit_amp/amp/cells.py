@@ -1,0 +1,99 @@
+"""MindSpore's wrapper cells in PyTorch: ``WithLossCell``, ``WithEvalCell``, ``TrainOneStepCell``.
+
+Pure PyTorch (no Lightning). ``Model``/``LitModel`` build these exactly as MindSpore's
+``Model._build_*_network`` does (spec §1.2); ``build_train_network`` returns a
+``TrainOneStepCell`` (or its loss-scaled subclass).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["WithLossCell", "WithEvalCell", "TrainOneStepCell"]
+
+
+class WithLossCell(nn.Module):
+    """``loss_fn(backbone(data), label)``.
+
+    Example:
+        >>> cell = WithLossCell(nn.Linear(3, 2), nn.CrossEntropyLoss())
+        >>> cell(torch.randn(4, 3), torch.tensor([0, 1, 0, 1])).shape
+        torch.Size([])
+    """
+
+    def __init__(self, backbone: nn.Module, loss_fn: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.loss_fn = loss_fn
+
+    def forward(self, data: Any, label: Any) -> torch.Tensor:
+        out = self.backbone(data)
+        return self.loss_fn(out, label)
+
+
+class WithEvalCell(nn.Module):
+    """Returns ``(loss, outputs, label)`` for metrics; ``add_cast_fp32`` casts outputs and label.
+
+    Example:
+        >>> cell = WithEvalCell(nn.Linear(3, 2), nn.CrossEntropyLoss())
+        >>> loss, out, label = cell(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))
+        >>> out.shape
+        torch.Size([4, 2])
+    """
+
+    def __init__(self, network: nn.Module, loss_fn: nn.Module | None, add_cast_fp32: bool = False):
+        super().__init__()
+        self.network = network
+        self.loss_fn = loss_fn
+        self.add_cast_fp32 = add_cast_fp32
+
+    def forward(self, data: Any, label: Any) -> tuple[Any, Any, Any]:
+        out = self.network(data)
+        if self.add_cast_fp32:
+            if torch.is_tensor(label) and label.is_floating_point():
+                label = label.float()
+            if torch.is_tensor(out) and out.is_floating_point():
+                out = out.float()
+        loss = self.loss_fn(out, label) if self.loss_fn is not None else None
+        return loss, out, label
+
+
+class TrainOneStepCell(nn.Module):
+    """One optimizer step: forward the loss network, backward, ``optimizer.step()``.
+
+    Calling it returns the (detached) loss. ``sens`` multiplies the initial gradient (MindSpore's
+    ``sens``; 1.0 by default).
+
+    Example:
+        >>> net = nn.Linear(3, 2)
+        >>> step = TrainOneStepCell(WithLossCell(net, nn.CrossEntropyLoss()),
+        ...                         torch.optim.SGD(net.parameters(), lr=0.1))
+        >>> float(step(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))) > 0
+        True
+    """
+
+    def __init__(self, network: nn.Module, optimizer: torch.optim.Optimizer, sens: float = 1.0):
+        super().__init__()
+        self.network = network
+        self.optimizer = optimizer
+        self.sens = float(sens)
+
+    def forward(self, *inputs: Any) -> Any:
+        loss = self.network(*inputs)
+        self.optimizer.zero_grad(set_to_none=True)
+        (loss * self.sens if self.sens != 1.0 else loss).backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def checkpoint_state(self) -> dict:
+        """Network and optimizer state, for :func:`lit_amp.checkpoint_io.save_checkpoint`."""
+        return {"network": self.network.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        """Inverse of :meth:`checkpoint_state`."""
+        self.network.load_state_dict(state["network"])
+        if state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
