@@ -1,0 +1,53 @@
+"""lit_amp: MindSpore's high-level training API as PyTorch Lightning components.
+
+Public names are imported lazily (PEP 562), so ``import lit_amp`` stays cheap and the pure
+PyTorch parts (``lit_amp.amp``) never import Lightning.
+
+Example:
+    >>> from lit_amp import Model, LitModel
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    "Model": "lit_amp.model.model",
+    "LitModel": "lit_amp.model.lit_model",
+    "save_checkpoint": "lit_amp.checkpoint_io",
+    "load_checkpoint": "lit_amp.checkpoint_io",
+    "load_param_into_net": "lit_amp.checkpoint_io",
+    "WithLossCell": "lit_amp.amp.cells",
+    "WithEvalCell": "lit_amp.amp.cells",
+    "TrainOneStepCell": "lit_amp.amp.cells",
+    "auto_mixed_precision": "lit_amp.amp.mixed_precision",
+    "custom_mixed_precision": "lit_amp.amp.mixed_precision",
+    "get_white_list": "lit_amp.amp.lists",
+    "get_black_list": "lit_amp.amp.lists",
+    "build_train_network": "lit_amp.amp.build",
+    "LossScaleManager": "lit_amp.amp.loss_scale_manager",
+    "FixedLossScaleManager": "lit_amp.amp.loss_scale_manager",
+    "DynamicLossScaleManager": "lit_amp.amp.loss_scale_manager",
+    "StaticLossScaler": "lit_amp.amp.loss_scaler",
+    "DynamicLossScaler": "lit_amp.amp.loss_scaler",
+    "all_finite": "lit_amp.amp.loss_scaler",
+    "AmpPrecision": "lit_amp.plugins.amp_precision",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lit_amp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

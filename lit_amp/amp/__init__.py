@@ -1,0 +1,1 @@
+"""Pure PyTorch mixed precision: levels, lists, loss scaling, train-step cells (no Lightning)."""

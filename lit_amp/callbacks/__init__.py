@@ -1,0 +1,46 @@
+"""MindSpore-style callbacks: the protocol, the built-ins and the Lightning bridge.
+
+Names are imported lazily (PEP 562).
+
+Example:
+    >>> from lit_amp.callbacks import Callback, RunContext, LossMonitor
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "Callback": "lit_amp.callbacks._callback",
+    "RunContext": "lit_amp.callbacks._callback",
+    "InternalCallbackParam": "lit_amp.callbacks._callback",
+    "CallbackList": "lit_amp.callbacks._callback",
+    "MindSporeCallbackBridge": "lit_amp.callbacks.bridge",
+    "LossMonitor": "lit_amp.callbacks.loss_monitor",
+    "TimeMonitor": "lit_amp.callbacks.time_monitor",
+    "ModelCheckpoint": "lit_amp.callbacks.checkpoint",
+    "CheckpointConfig": "lit_amp.callbacks.checkpoint",
+    "EarlyStopping": "lit_amp.callbacks.early_stopping",
+    "ReduceLROnPlateau": "lit_amp.callbacks.reduce_lr_on_plateau",
+    "LearningRateScheduler": "lit_amp.callbacks.lr_scheduler",
+    "LambdaCallback": "lit_amp.callbacks.lambda_callback",
+    "History": "lit_amp.callbacks.history",
+    "OnRequestExit": "lit_amp.callbacks.on_request_exit",
+    "BackupAndRestore": "lit_amp.callbacks.backup_and_restore",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lit_amp.callbacks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

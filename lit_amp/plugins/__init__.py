@@ -1,0 +1,1 @@
+"""Lightning precision plugins built on lit_amp.amp."""
