@@ -17,7 +17,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["dataset_size", "check_dataset", "as_batch_tuple", "SinkStream", "pin_batch"]
+__all__ = [
+    "dataset_size",
+    "check_dataset",
+    "as_batch_tuple",
+    "SinkStream",
+    "pin_batch",
+    "ReIterable",
+    "for_lightning",
+]
 
 
 def dataset_size(dataset: Any) -> int | None:
@@ -81,6 +89,34 @@ def pin_batch(batch: Any) -> Any:
     if isinstance(batch, dict):
         return {k: pin_batch(v) for k, v in batch.items()}
     return batch
+
+
+class ReIterable:
+    """Wraps a user dataset so that Lightning sees ONE iterable of batches.
+
+    Lightning reads a list, tuple or dict passed as ``train_dataloaders`` as a *collection of
+    dataloaders*; a MindSpore-style dataset may well be a plain list of batches.
+
+    Example:
+        >>> list(ReIterable([(1, 2), (3, 4)]))
+        [(1, 2), (3, 4)]
+    """
+
+    def __init__(self, dataset: Iterable) -> None:
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator:
+        return iter(self.dataset)
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+
+def for_lightning(dataset: Any) -> Any:
+    """``dataset`` as Lightning should receive it (DataLoaders pass through unchanged)."""
+    if isinstance(dataset, torch.utils.data.DataLoader) or dataset is None:
+        return dataset
+    return ReIterable(dataset)
 
 
 class SinkStream:

@@ -20,7 +20,7 @@ from torch import nn
 
 from lit_amp.callbacks._callback import Callback, CallbackList, InternalCallbackParam
 from lit_amp.callbacks.bridge import MindSporeCallbackBridge
-from lit_amp.model.data import SinkStream, check_dataset
+from lit_amp.model.data import SinkStream, check_dataset, for_lightning
 from lit_amp.model.lit_model import LitModel
 
 __all__ = ["Model"]
@@ -374,10 +374,14 @@ class Model:
         )
         trainer = self._make_trainer(max_epochs=epoch - initial_epoch, callbacks=[bridge, *pl_cbs])
         lit._sink_mode = sink
-        data = SinkStream(train_dataset, sink_size, pin_memory=self._pin()) if sink else train_dataset
+        data = (
+            SinkStream(train_dataset, sink_size, pin_memory=self._pin())
+            if sink
+            else for_lightning(train_dataset)
+        )
         try:
             with _quiet_lightning():
-                trainer.fit(lit, train_dataloaders=data, val_dataloaders=valid_dataset)
+                trainer.fit(lit, train_dataloaders=data, val_dataloaders=for_lightning(valid_dataset))
         finally:
             lit._sink_mode = False
         self._current_epoch_num = int(cb_params.cur_epoch_num)
@@ -428,7 +432,7 @@ class Model:
         bridge = MindSporeCallbackBridge(cbl, cb_params)
         trainer = self._make_trainer(max_epochs=None, callbacks=[bridge, *pl_cbs])
         with _quiet_lightning():
-            trainer.validate(lit, dataloaders=valid_dataset, verbose=False)
+            trainer.validate(lit, dataloaders=for_lightning(valid_dataset), verbose=False)
         return dict(lit.last_eval_results.get("metrics", {}))
 
     # ------------------------------------------------------------------ predict

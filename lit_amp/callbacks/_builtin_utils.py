@@ -1,0 +1,195 @@
+"""Helpers shared by the built-in callbacks: argument checks, loss extraction, rank tests.
+
+Private module, framework-free (torch only). Every check raises MindSpore's exception type with a
+message naming the owner, the argument, the value received and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__: list[str] = []
+
+# Monitors for which MindSpore's ``mode='auto'`` picks "smaller is better".
+SMALLER_BETTER_METRICS = frozenset(
+    {
+        "hausdorff_distance",
+        "mae",
+        "mse",
+        "loss",
+        "perplexity",
+        "mean_surface_distance",
+        "root_mean_square_distance",
+        "eval_loss",
+    }
+)
+
+
+def check_bool(owner: str, name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool, else raise TypeError."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"For '{owner}', the argument '{name}' must be a bool, but got {value!r} "
+            f"of type {type(value).__name__}."
+        )
+    return value
+
+
+def check_str(owner: str, name: str, value: Any) -> str:
+    """Return ``value`` if it is a str, else raise TypeError."""
+    if not isinstance(value, str):
+        raise TypeError(
+            f"For '{owner}', the argument '{name}' must be a str, but got {value!r} "
+            f"of type {type(value).__name__}."
+        )
+    return value
+
+
+def check_int(owner: str, name: str, value: Any, *, minimum: int, allow_none: bool = False) -> Any:
+    """Return ``value`` if it is an int (not a bool) ``>= minimum``.
+
+    Raises:
+        TypeError: ``value`` is not an int.
+        ValueError: ``value < minimum``.
+    """
+    if value is None and allow_none:
+        return None
+    kind = "a non-negative int" if minimum == 0 else f"an int >= {minimum}"
+    if allow_none:
+        kind += " or None"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"For '{owner}', the argument '{name}' must be {kind}, but got {value!r} "
+            f"of type {type(value).__name__}."
+        )
+    if value < minimum:
+        raise ValueError(f"For '{owner}', the argument '{name}' must be {kind}, but got {value}.")
+    return int(value)
+
+
+def check_number(owner: str, name: str, value: Any, *, allow_none: bool = False) -> Any:
+    """Return ``value`` if it is a real number (int or float, not bool), else raise TypeError."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        kind = "an int or a float" + (" or None" if allow_none else "")
+        raise TypeError(
+            f"For '{owner}', the argument '{name}' must be {kind}, but got {value!r} "
+            f"of type {type(value).__name__}."
+        )
+    return value
+
+
+def check_mode(owner: str, mode: Any) -> str:
+    """Check an EarlyStopping / ReduceLROnPlateau ``mode`` ('auto', 'min' or 'max')."""
+    check_str(owner, "mode", mode)
+    if mode not in ("auto", "min", "max"):
+        raise ValueError(
+            f"For '{owner}', the argument 'mode' must be 'auto', 'min' or 'max', but got {mode!r}."
+        )
+    return mode
+
+
+def is_min_mode(mode: str, monitor: str) -> bool:
+    """Whether smaller values of ``monitor`` are better under ``mode``."""
+    return mode == "min" or (mode == "auto" and monitor in SMALLER_BETTER_METRICS)
+
+
+def to_float(value: Any) -> float:
+    """A tensor / array becomes the float of its mean; a number becomes a float."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.numel() != 1:
+            value = value.float().mean()
+        return float(value.float().item())
+    if isinstance(value, np.ndarray):
+        return float(np.mean(value))
+    return float(value)
+
+
+def handle_loss(net_outputs: Any) -> float | None:
+    """The training loss in ``net_outputs`` as a float (MindSpore's ``_handle_loss``).
+
+    A tensor gives the float of its mean; a tuple or list (``(loss, overflow, scale)`` under loss
+    scaling) gives the float of its first element. ``None`` stays ``None``.
+    """
+    if net_outputs is None:
+        return None
+    if isinstance(net_outputs, (tuple, list)):
+        if not net_outputs:
+            return None
+        net_outputs = net_outputs[0]
+    return to_float(net_outputs)
+
+
+def is_finite(value: float) -> bool:
+    """Whether ``value`` is neither NaN nor +-Inf."""
+    return not (math.isnan(value) or math.isinf(value))
+
+
+def is_rank_zero(cb_params: dict) -> bool:
+    """Whether this process is global rank 0 (``cb_params['rank']``, default 0)."""
+    return cb_params.get("rank", 0) == 0
+
+
+def reduce_mean(value: float) -> float:
+    """All-reduce ``value`` to its mean over the processes of an initialized torch.distributed.
+
+    Returns ``value`` unchanged when torch.distributed is unavailable, uninitialized or has one
+    process. Under NCCL the reduction runs on the current CUDA device.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    world = dist.get_world_size()
+    if world <= 1:
+        return value
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return float(t.item()) / world
+
+
+def monitor_value(owner: str, monitor: str, cb_params: dict) -> float | None:
+    """The value of ``monitor`` at a train epoch end (EarlyStopping / ReduceLROnPlateau).
+
+    ``"loss"`` reads ``net_outputs`` as :func:`handle_loss`; any other name reads
+    ``cb_params['eval_results'][monitor]`` (available during ``fit``). Returns None (the caller
+    logs a warning and skips the epoch) when the value is missing. A value of 0 is a real value.
+
+    Raises:
+        ValueError: the monitored value is not a scalar.
+    """
+    if monitor == "loss":
+        raw = cb_params.get("net_outputs")
+        if isinstance(raw, (tuple, list)):
+            raw = raw[0] if raw else None
+    else:
+        raw = (cb_params.get("eval_results") or {}).get(monitor)
+    if raw is None:
+        return None
+    if isinstance(raw, (list, tuple)):
+        raw = np.asarray(raw, dtype=np.float64)
+    if isinstance(raw, (torch.Tensor, np.ndarray)) and monitor != "loss":
+        numel = raw.numel() if isinstance(raw, torch.Tensor) else raw.size
+    else:
+        numel = 1
+    if numel != 1:
+        raise ValueError(
+            f"For '{owner}', the monitored value {monitor!r} must be a scalar, but got a value "
+            f"of shape {tuple(raw.shape)}."
+        )
+    return reduce_mean(to_float(raw))
+
+
+def available_monitors(cb_params: dict) -> list[str]:
+    """The monitor names available now: "loss" plus the keys of ``eval_results``."""
+    return ["loss", *sorted((cb_params.get("eval_results") or {}).keys())]
