@@ -47,7 +47,7 @@ def interleaved(variants: dict[str, Callable[[], None]], repeats: int, warmup: i
             variants[n]()
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
             t0 = time.perf_counter()
             variants[n]()
@@ -62,6 +62,11 @@ def medians(times: dict[str, list[float]]) -> dict[str, float]:
 def write_result(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"benchmark": name, "machine": machine(), "date": time.strftime("%Y-%m-%d"), **payload}
+    payload = {
+        "benchmark": name,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        **payload,
+    }
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path

@@ -103,7 +103,8 @@ def main() -> None:
     print(f"{'variant':26s} {'median s':>9s} {'ratio':>7s} {'target':>7s}")
     for k in variants:
         t = targets.get(k)
-        print(f"{k:26s} {med[k]:9.3f} {ratios[k]:7.3f} {('<= %.2f' % t) if t else '':>7s}")
+        tgt = f"<= {t:.2f}" if t else ""
+        print(f"{k:26s} {med[k]:9.3f} {ratios[k]:7.3f} {tgt:>7s}")
     path = write_result(
         "overhead",
         {

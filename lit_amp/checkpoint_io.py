@@ -1,4 +1,4 @@
-"""Checkpoint files: MindSpore's ``save_checkpoint`` / ``load_checkpoint`` / ``load_param_into_net``.
+"""Checkpoint files: MindSpore's ``save_checkpoint``, ``load_checkpoint``, ``load_param_into_net``.
 
 Pure PyTorch. A checkpoint is a ``torch.save``d dict::
 
@@ -77,13 +77,17 @@ def save_checkpoint(save_obj: Any, ckpt_file_name: str, append_dict: dict | None
     return path
 
 
-def load_checkpoint(ckpt_file_name: str, net: Any = None, strict_load: bool = False) -> dict:
+def load_checkpoint(
+    ckpt_file_name: str, net: Any = None, strict_load: bool = False, *, weights_only: bool = True
+) -> dict:
     """Read a checkpoint written by :func:`save_checkpoint` (or by Lightning).
 
     Args:
         ckpt_file_name: the file.
         net: if given, the network (or an object with ``load_checkpoint_state``) is loaded.
         strict_load: passed to ``load_state_dict(strict=...)`` for a plain module.
+        weights_only: unpickle tensors and plain containers only (safe for files from
+            elsewhere); pass False only for a trusted file holding arbitrary objects.
 
     Returns:
         The checkpoint dict.
@@ -94,7 +98,13 @@ def load_checkpoint(ckpt_file_name: str, net: Any = None, strict_load: bool = Fa
     path = os.fspath(ckpt_file_name)
     if not os.path.isfile(path):
         raise ValueError(f"load_checkpoint: 'ckpt_file_name' {path!r} does not exist.")
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as exc:  # pickle.UnpicklingError and friends
+        raise ValueError(
+            f"load_checkpoint: {path!r} could not be read with weights_only={weights_only} "
+            f"({type(exc).__name__}: {exc}); if the file is trusted, pass weights_only=False."
+        ) from exc
     if not isinstance(state, dict):
         raise ValueError(f"load_checkpoint: {path!r} does not hold a checkpoint dict.")
     if "network" not in state and "state_dict" in state:  # a Lightning checkpoint

@@ -21,8 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=30, help="final epoch number (default 30)")
     p.add_argument("--batch-size", type=int, default=100, help="batch size (default 100)")
     p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate (default 1e-2)")
-    p.add_argument("--amp-level", default="O0", choices=["O0", "O1", "O2", "O3", "auto"],
-                   help="mixed-precision level (default O0)")
+    p.add_argument(
+        "--amp-level",
+        default="O0",
+        choices=["O0", "O1", "O2", "O3", "auto"],
+        help="mixed-precision level (default O0)",
+    )
     p.add_argument("--sink", action="store_true", help="dataset sink mode (one sink per epoch)")
     p.add_argument("--out", default="runs/demo", help="logs and checkpoints go here")
     p.add_argument("--seed", type=int, default=0, help="random seed")

@@ -45,10 +45,13 @@ def mnist1d_loaders(
         (40, 10)
     """
     d = mnist1d_arrays(seed)
-    train = TensorDataset(torch.as_tensor(d["x"], dtype=torch.float32),
-                          torch.as_tensor(d["y"], dtype=torch.long))
-    test = TensorDataset(torch.as_tensor(d["x_test"], dtype=torch.float32),
-                         torch.as_tensor(d["y_test"], dtype=torch.long))
+    train = TensorDataset(
+        torch.as_tensor(d["x"], dtype=torch.float32), torch.as_tensor(d["y"], dtype=torch.long)
+    )
+    test = TensorDataset(
+        torch.as_tensor(d["x_test"], dtype=torch.float32),
+        torch.as_tensor(d["y_test"], dtype=torch.long),
+    )
     gen = torch.Generator().manual_seed(seed)
     return (
         DataLoader(train, batch_size=batch_size, shuffle=shuffle, generator=gen),

@@ -104,7 +104,8 @@ class RunContext:
     def __init__(self, original_args: dict) -> None:
         if not isinstance(original_args, dict):
             raise TypeError(
-                f"RunContext: 'original_args' must be a dict, but got {type(original_args).__name__}."
+                "RunContext: 'original_args' must be a dict, but got "
+                f"{type(original_args).__name__}."
             )
         if not isinstance(original_args, InternalCallbackParam):
             original_args = InternalCallbackParam(original_args)
@@ -238,7 +239,8 @@ class CallbackList:
             if not isinstance(cb, Callback):
                 raise TypeError(
                     f"'callbacks[{i}]' must be a lit_amp.callbacks.Callback (or a Lightning "
-                    f"Callback where Lightning callbacks are accepted), but got {type(cb).__name__}."
+                    "Callback where Lightning callbacks are accepted), but got "
+                    f"{type(cb).__name__}."
                 )
         self.callbacks = items
         self._stack: contextlib.ExitStack | None = None

@@ -8,8 +8,8 @@ Lightning                          MindSpore
 =================================  =========================================================
 on_train_start                     enter callbacks, ``on_train_begin``
 on_train_epoch_start               ``cur_epoch_num`` (1-based, absolute), ``on_train_epoch_begin``
-on_train_batch_start               ``cur_step_num`` += 1 (sink: += sink_size), ``on_train_step_begin``
-on_train_batch_end                 ``net_outputs``, ``on_train_step_end``, stop -> trainer.should_stop
+on_train_batch_start               ``cur_step_num`` += 1 (sink: sink_size), ``on_train_step_begin``
+on_train_batch_end                 ``net_outputs``, ``on_train_step_end``, stop -> should_stop
 on_validation_* (during fit)       ``on_eval_*`` on custom callbacks and TimeMonitor only
 on_train_epoch_end                 ``metrics``/``eval_results`` set, ``on_train_epoch_end``, popped
 on_train_end                       ``on_train_end``, leave callbacks

@@ -36,7 +36,9 @@ def dataset_size(dataset: Any) -> int | None:
         return None
 
 
-def check_dataset(dataset: Any, name: str, *, sink: bool = False, sink_size: int = -1) -> int | None:
+def check_dataset(
+    dataset: Any, name: str, *, sink: bool = False, sink_size: int = -1
+) -> int | None:
     """Validate a dataset argument and return its size (None when unsized).
 
     Raises:
@@ -50,7 +52,9 @@ def check_dataset(dataset: Any, name: str, *, sink: bool = False, sink_size: int
         )
     size = dataset_size(dataset)
     if size == 0:
-        raise ValueError(f"'{name}' is empty: its size (len) is 0; it must yield at least one batch.")
+        raise ValueError(
+            f"'{name}' is empty: its size (len) is 0; it must yield at least one batch."
+        )
     if size is None and not (sink and sink_size > 0):
         raise ValueError(
             f"'{name}' has no length (an unbounded iterable): use dataset_sink_mode=True with "

@@ -54,8 +54,12 @@ def _check_eval_indexes(eval_indexes: Any) -> None:
         )
 
 
-_GRAD_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step",
-               "on_before_zero_grad")
+_GRAD_HOOKS = (
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_before_zero_grad",
+)
 
 
 def _fast_path_ok(trainer: L.Trainer) -> bool:
@@ -69,7 +73,10 @@ def _fast_path_ok(trainer: L.Trainer) -> bool:
     from lightning.pytorch.strategies import SingleDeviceStrategy
 
     strategy = trainer.strategy
-    if type(strategy) is not SingleDeviceStrategy or type(strategy.precision_plugin) is not Precision:
+    if (
+        type(strategy) is not SingleDeviceStrategy
+        or type(strategy.precision_plugin) is not Precision
+    ):
         return False
     for cb in trainer.callbacks:
         for hook in _GRAD_HOOKS:
@@ -144,7 +151,9 @@ class LitModel(L.LightningModule):
             log.warning("'acc_level' is deprecated; use 'boost_level'. It overrides boost_level.")
             boost_level = kwargs.pop("acc_level")
         if not isinstance(network, nn.Module):
-            raise TypeError(f"'network' must be a torch.nn.Module, but got {type(network).__name__}.")
+            raise TypeError(
+                f"'network' must be a torch.nn.Module, but got {type(network).__name__}."
+            )
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"'loss_fn' must be a callable Module or None, but got {loss_fn!r}.")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -184,13 +193,21 @@ class LitModel(L.LightningModule):
         self._optimizer = optimizer
         self.amp_level = amp_level
         self.boost_level = boost_level
-        self.amp_kwargs = {k: kwargs[k] for k in ("loss_scale_manager", "keep_batchnorm_fp32") if k in kwargs}
+        self.amp_kwargs = {
+            k: kwargs[k] for k in ("loss_scale_manager", "keep_batchnorm_fp32") if k in kwargs
+        }
         self.boost_config_dict = kwargs.get("boost_config_dict")
         if boost_level != "O0":
-            raise NotImplementedError(
-                f"boost_level={boost_level!r} is not implemented yet (boost arrives with its own "
-                "issue); use boost_level='O0'."
-            )
+            try:
+                import lit_amp.boost  # noqa: F401
+            except ImportError as exc:
+                raise NotImplementedError(
+                    f"boost_level={boost_level!r} is not implemented yet (boost arrives with its "
+                    "own issue); use boost_level='O0'."
+                ) from exc
+        # steps between optimizer updates (gradient accumulation; set by boost's algorithm)
+        self.grad_accumulation_steps = 1
+        self._accum_i = 0
         self.automatic_optimization = False
         self.log_train_loss = True  # Model turns this off when nothing would show the value
 
@@ -235,7 +252,9 @@ class LitModel(L.LightningModule):
             return
         super().__setattr__(name, value)
 
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
         if device.type == "cpu" and _all_on_cpu(batch):
             return batch  # nothing to move: skip the per-batch collection walk
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -336,7 +355,7 @@ class LitModel(L.LightningModule):
             lopt.step()
 
     def train_one_step(self, batch: Any) -> dict[str, Any]:
-        """One MindSpore train step on one batch; returns ``{"loss", ["overflow", "loss_scale"]}``."""
+        """One MindSpore train step; returns ``{"loss"[, "overflow", "loss_scale"]}``."""
         if self._optimizer is None:
             out = self._train_network(*as_batch_tuple(batch, expect_pair=self.loss_fn is not None))
             if torch.is_tensor(out):
@@ -345,13 +364,25 @@ class LitModel(L.LightningModule):
         lopt = self._lopt if self._lopt is not None else self.optimizers()
         loss = self._loss_of(batch)
         raw = lopt.optimizer
-        raw.zero_grad(set_to_none=True)
+        n = self.grad_accumulation_steps
+        first, last = self._accum_i == 0, self._accum_i == n - 1
+        self._accum_i = (self._accum_i + 1) % n
+        if first:
+            raw.zero_grad(set_to_none=True)
+        scaled = loss / n if n > 1 else loss
         ctl = self.loss_scale
         if ctl is None or not ctl.enabled:
-            self._backward(loss)
-            self._optimizer_step(lopt)
+            self._backward(scaled)
+            if last:
+                self._optimizer_step(lopt)
             return {"loss": loss.detach()}
-        self._backward(ctl.scale_loss(loss))
+        self._backward(ctl.scale_loss(scaled))
+        if not last:
+            return {
+                "loss": loss.detach(),
+                "overflow": torch.tensor(False),
+                "loss_scale": torch.tensor(ctl.scale),
+            }
         ctl.unscale_(raw)
         overflow = ctl.found_overflow([raw])
         if not ctl.should_skip(overflow):
@@ -399,7 +430,9 @@ class LitModel(L.LightningModule):
             loss = outputs[self.eval_indexes[0]]
             if torch.is_tensor(loss):
                 loss = loss.detach().float().mean()
-                self._eval_loss_sum = loss if self._eval_loss_sum is None else self._eval_loss_sum + loss
+                self._eval_loss_sum = (
+                    loss if self._eval_loss_sum is None else self._eval_loss_sum + loss
+                )
                 self._eval_loss_n += 1
         return outputs
 

@@ -349,7 +349,9 @@ class Model:
             initial_epoch=initial_epoch,
             batch_num=batch_num,
             mode="train",
-            parallel_mode="data_parallel" if self._trainer_kwargs.get("strategy") else "stand_alone",
+            parallel_mode="data_parallel"
+            if self._trainer_kwargs.get("strategy")
+            else "stand_alone",
             device_number=1,
             rank=0,
             train_dataset=train_dataset,
@@ -381,7 +383,9 @@ class Model:
         )
         try:
             with _quiet_lightning():
-                trainer.fit(lit, train_dataloaders=data, val_dataloaders=for_lightning(valid_dataset))
+                trainer.fit(
+                    lit, train_dataloaders=data, val_dataloaders=for_lightning(valid_dataset)
+                )
         finally:
             lit._sink_mode = False
         self._current_epoch_num = int(cb_params.cur_epoch_num)
@@ -471,7 +475,9 @@ class Model:
             RuntimeError: ``valid_dataset`` is given but the Model has no metrics.
         """
         if train_dataset is None and valid_dataset is None:
-            raise ValueError("Model.build: 'train_dataset' and 'valid_dataset' cannot both be None.")
+            raise ValueError(
+                "Model.build: 'train_dataset' and 'valid_dataset' cannot both be None."
+            )
         _check_int("sink_size", sink_size)
         _check_int("epoch", epoch, minimum=1)
         if sink_size == 0 or sink_size < -1:

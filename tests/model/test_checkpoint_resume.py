@@ -33,8 +33,11 @@ def _equal_weights(a: nn.Module, b: nn.Module) -> bool:
 
 def test_model_checkpoint_files_reload_into_a_new_model(tmp_path):
     model, net, _ = _model()
-    ckpt = ModelCheckpoint(prefix="net", directory=str(tmp_path),
-                           config=CheckpointConfig(save_checkpoint_steps=3, keep_checkpoint_max=2))
+    ckpt = ModelCheckpoint(
+        prefix="net",
+        directory=str(tmp_path),
+        config=CheckpointConfig(save_checkpoint_steps=3, keep_checkpoint_max=2),
+    )
     model.train(3, make_batches(3), callbacks=[ckpt])
     files = sorted(p.name for p in tmp_path.glob("*.ckpt"))
     assert files == ["net-2_3.ckpt", "net-3_3.ckpt"]  # keep_checkpoint_max=2, oldest deleted
@@ -50,8 +53,11 @@ def test_model_checkpoint_files_reload_into_a_new_model(tmp_path):
 
 def test_sink_mode_checkpoints_by_steps(tmp_path):
     model, _, _ = _model()
-    ckpt = ModelCheckpoint(prefix="s", directory=str(tmp_path),
-                           config=CheckpointConfig(save_checkpoint_steps=4, keep_checkpoint_max=10))
+    ckpt = ModelCheckpoint(
+        prefix="s",
+        directory=str(tmp_path),
+        config=CheckpointConfig(save_checkpoint_steps=4, keep_checkpoint_max=10),
+    )
     model.train(4, make_batches(3), callbacks=[ckpt], dataset_sink_mode=True, sink_size=2)
     # cur_step_num goes 2, 4, 6, 8: saves at 4 and 8 (step in epoch = 2)
     assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == ["s-2_2.ckpt", "s-4_2.ckpt"]
@@ -93,8 +99,11 @@ def test_backup_and_restore_resumes_the_exact_run(tmp_path):
 
 def test_exception_save_writes_a_breakpoint_checkpoint(tmp_path):
     model, _, _ = _model()
-    ckpt = ModelCheckpoint(prefix="bp", directory=str(tmp_path),
-                           config=CheckpointConfig(save_checkpoint_steps=100, exception_save=True))
+    ckpt = ModelCheckpoint(
+        prefix="bp",
+        directory=str(tmp_path),
+        config=CheckpointConfig(save_checkpoint_steps=100, exception_save=True),
+    )
 
     class Boom(Callback):
         def on_train_step_end(self, rc):

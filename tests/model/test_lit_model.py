@@ -23,15 +23,26 @@ def _loaders():
 
 
 def _trainer(tmp_path, **kw):
-    return L.Trainer(max_epochs=8, accelerator="cpu", logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False,
-                     default_root_dir=str(tmp_path), **kw)
+    return L.Trainer(
+        max_epochs=8,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+        **kw,
+    )
 
 
 def test_litmodel_in_a_plain_trainer(tmp_path):
     net = make_net()
-    lit = LitModel(net, nn.CrossEntropyLoss(), torch.optim.Adam(net.parameters(), lr=0.05),
-                   metrics={"acc", "loss"})
+    lit = LitModel(
+        net,
+        nn.CrossEntropyLoss(),
+        torch.optim.Adam(net.parameters(), lr=0.05),
+        metrics={"acc", "loss"},
+    )
     train, val = _loaders()
     trainer = _trainer(tmp_path)
     trainer.fit(lit, train, val)
@@ -48,13 +59,22 @@ def test_litmodel_resumes_from_a_lightning_checkpoint(tmp_path):
     def run(max_epochs, ckpt_path=None):
         torch.manual_seed(0)
         net = make_net()
-        lit = LitModel(net, nn.CrossEntropyLoss(),
-                       torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9))
-        t = L.Trainer(max_epochs=max_epochs, accelerator="cpu", logger=False,
-                      enable_progress_bar=False, enable_model_summary=False,
-                      default_root_dir=str(tmp_path))
-        t.fit(lit, DataLoader(TensorDataset(*map(torch.cat, zip(*make_batches(4)))),
-                              batch_size=16), ckpt_path=ckpt_path)
+        lit = LitModel(
+            net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        )
+        t = L.Trainer(
+            max_epochs=max_epochs,
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=str(tmp_path),
+        )
+        t.fit(
+            lit,
+            DataLoader(TensorDataset(*map(torch.cat, zip(*make_batches(4)))), batch_size=16),
+            ckpt_path=ckpt_path,
+        )
         return net, t
 
     full, _ = run(4)
@@ -96,9 +116,12 @@ def test_demo_reaches_85_percent_on_mnist1d_quickly(tmp_path):
 
 def test_model_trainer_options_are_used(tmp_path):
     net = make_net()
-    model = Model(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=0.1),
-                  trainer={"accelerator": "cpu", "default_root_dir": str(tmp_path),
-                           "limit_train_batches": 2})
+    model = Model(
+        net,
+        nn.CrossEntropyLoss(),
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        trainer={"accelerator": "cpu", "default_root_dir": str(tmp_path), "limit_train_batches": 2},
+    )
     model.train(3, make_batches(5))
     assert model.trainer.global_step == 6
     assert model.trainer.default_root_dir == str(tmp_path)

@@ -8,7 +8,7 @@ from torch import nn
 
 from lit_amp import LitModel, Model
 from lit_amp.callbacks import Callback
-from tests.conftest import make_batches, make_net
+from tests.conftest import make_batches
 
 
 def _opt(net):
@@ -29,8 +29,14 @@ def test_metrics_must_be_set_or_dict(net, metrics):
 @pytest.mark.parametrize("idx", [[0, 1], [0, 1, "2"], (0, 1, 2), [0, 1, 2, 3]])
 def test_eval_indexes_three_ints(net, idx):
     with pytest.raises(ValueError, match="'eval_indexes' must be None or a list of three ints"):
-        Model(net, nn.CrossEntropyLoss(), _opt(net), metrics={"acc"}, eval_network=net,
-              eval_indexes=idx)
+        Model(
+            net,
+            nn.CrossEntropyLoss(),
+            _opt(net),
+            metrics={"acc"},
+            eval_network=net,
+            eval_indexes=idx,
+        )
 
 
 def test_amp_level_without_optimizer(net):
@@ -48,11 +54,14 @@ def test_metrics_without_loss_or_eval_network(net):
         Model(net, metrics={"acc"})
 
 
-@pytest.mark.parametrize(("kw", "exc", "msg"), [
-    ({"amp_level": "O4"}, ValueError, "'amp_level' must be one of"),
-    ({"amp_level": 2}, TypeError, "'amp_level' must be a str"),
-    ({"boost_level": "O3"}, ValueError, "'boost_level' must be one of"),
-])
+@pytest.mark.parametrize(
+    ("kw", "exc", "msg"),
+    [
+        ({"amp_level": "O4"}, ValueError, "'amp_level' must be one of"),
+        ({"amp_level": 2}, TypeError, "'amp_level' must be a str"),
+        ({"boost_level": "O3"}, ValueError, "'boost_level' must be one of"),
+    ],
+)
 def test_levels_validated(net, kw, exc, msg):
     with pytest.raises(exc, match=msg):
         Model(net, nn.CrossEntropyLoss(), _opt(net), **kw)
@@ -87,16 +96,21 @@ def test_initial_epoch_must_be_below_epoch(model, batches):
 
 @pytest.mark.parametrize("sink_size", [0, -2])
 def test_sink_size_values(model, batches, sink_size):
-    with pytest.raises(ValueError, match=f"'sink_size' must be -1 or a positive int, but got {sink_size}"):
+    with pytest.raises(
+        ValueError, match=f"'sink_size' must be -1 or a positive int, but got {sink_size}"
+    ):
         model.train(1, batches, dataset_sink_mode=True, sink_size=sink_size)
 
 
-@pytest.mark.parametrize(("kw", "exc", "msg"), [
-    ({"epoch": -1}, ValueError, "'epoch' must be >= 0"),
-    ({"epoch": 1.5}, TypeError, "'epoch' must be an int"),
-    ({"dataset_sink_mode": 1}, TypeError, "'dataset_sink_mode' must be a bool"),
-    ({"sink_size": "3"}, TypeError, "'sink_size' must be an int"),
-])
+@pytest.mark.parametrize(
+    ("kw", "exc", "msg"),
+    [
+        ({"epoch": -1}, ValueError, "'epoch' must be >= 0"),
+        ({"epoch": 1.5}, TypeError, "'epoch' must be an int"),
+        ({"dataset_sink_mode": 1}, TypeError, "'dataset_sink_mode' must be a bool"),
+        ({"sink_size": "3"}, TypeError, "'sink_size' must be an int"),
+    ],
+)
 def test_train_argument_types(model, batches, kw, exc, msg):
     args = {"epoch": 1, "train_dataset": batches, **kw}
     with pytest.raises(exc, match=msg):

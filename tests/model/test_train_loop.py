@@ -11,9 +11,20 @@ from lit_amp import Model
 from lit_amp.callbacks import Callback, History, LossMonitor
 from tests.conftest import make_batches, make_net
 
-HOOKS = ("on_train_begin", "on_train_epoch_begin", "on_train_step_begin", "on_train_step_end",
-         "on_train_epoch_end", "on_train_end", "on_eval_begin", "on_eval_epoch_begin",
-         "on_eval_step_begin", "on_eval_step_end", "on_eval_epoch_end", "on_eval_end")
+HOOKS = (
+    "on_train_begin",
+    "on_train_epoch_begin",
+    "on_train_step_begin",
+    "on_train_step_end",
+    "on_train_epoch_end",
+    "on_train_end",
+    "on_eval_begin",
+    "on_eval_epoch_begin",
+    "on_eval_step_begin",
+    "on_eval_step_end",
+    "on_eval_epoch_end",
+    "on_eval_end",
+)
 
 
 class Recorder(Callback):
@@ -44,8 +55,9 @@ for _h in HOOKS:
 
 def _model(metrics=None, net=None):
     net = net or make_net()
-    return Model(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=0.1),
-                 metrics=metrics)
+    return Model(
+        net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=0.1), metrics=metrics
+    )
 
 
 def names(events):
@@ -80,8 +92,12 @@ def test_sink_order_counters_and_stream_carry_over():
     # one step_begin/step_end pair per epoch (per sink), cur_step_num advanced by sink_size
     expected = ["on_train_begin"]
     for _ in range(4):
-        expected += ["on_train_epoch_begin", "on_train_step_begin", "on_train_step_end",
-                     "on_train_epoch_end"]
+        expected += [
+            "on_train_epoch_begin",
+            "on_train_step_begin",
+            "on_train_step_end",
+            "on_train_epoch_end",
+        ]
     expected += ["on_train_end"]
     assert names(rec.events) == expected
     assert [e[2] for e in rec.events if e[0] == "on_train_step_end"] == [3, 6, 9, 12]
@@ -137,8 +153,7 @@ def test_initial_epoch_resumes_the_count():
 def test_fit_eval_schedule_and_visibility():
     rec, hist = Recorder(), History()
     model = _model(metrics={"acc", "loss"})
-    model.fit(4, make_batches(3), make_batches(2, seed=1), valid_frequency=2,
-              callbacks=[rec, hist])
+    model.fit(4, make_batches(3), make_batches(2, seed=1), valid_frequency=2, callbacks=[rec, hist])
     ev = rec.events
     # evaluation runs after epochs 2 and 4, between the last step and on_train_epoch_end
     eval_epochs = [e[1] for e in ev if e[0] == "on_eval_begin"]
@@ -146,10 +161,16 @@ def test_fit_eval_schedule_and_visibility():
     i = names(ev).index("on_eval_begin")
     assert ev[i - 1][0] == "on_train_step_end" and ev[i][3] == "eval"
     j = names(ev).index("on_train_epoch_end", i)
-    assert names(ev)[i:j] == ["on_eval_begin", "on_eval_epoch_begin",
-                              "on_eval_step_begin", "on_eval_step_end",
-                              "on_eval_step_begin", "on_eval_step_end",
-                              "on_eval_epoch_end", "on_eval_end"]
+    assert names(ev)[i:j] == [
+        "on_eval_begin",
+        "on_eval_epoch_begin",
+        "on_eval_step_begin",
+        "on_eval_step_end",
+        "on_eval_step_begin",
+        "on_eval_step_end",
+        "on_eval_epoch_end",
+        "on_eval_end",
+    ]
     # eval counts its own steps, train's counters are restored afterwards
     assert [e[2] for e in ev[i:j] if e[0] == "on_eval_step_end"] == [1, 2]
     assert ev[j][2] == 6 and ev[j][3] == "train"
@@ -158,7 +179,8 @@ def test_fit_eval_schedule_and_visibility():
     assert set(rec.seen["eval_results"][1]) == {"acc", "loss", "eval_loss"}
     # the Loss metric averages per-batch losses: equal to eval_loss here
     assert rec.seen["eval_results"][1]["loss"] == pytest.approx(
-        rec.seen["eval_results"][1]["eval_loss"], rel=1e-5)
+        rec.seen["eval_results"][1]["eval_loss"], rel=1e-5
+    )
     # a built-in (History) is not called during fit's eval but sees the metrics at epoch end
     assert hist.epoch["epoch"] == [1, 2, 3, 4]
     assert len(hist.history["acc"]) == 2
@@ -166,8 +188,9 @@ def test_fit_eval_schedule_and_visibility():
 
 def test_fit_valid_frequency_list():
     rec = Recorder()
-    _model(metrics={"acc"}).fit(4, make_batches(2), make_batches(1), valid_frequency=[1, 3],
-                                callbacks=[rec])
+    _model(metrics={"acc"}).fit(
+        4, make_batches(2), make_batches(1), valid_frequency=[1, 3], callbacks=[rec]
+    )
     assert [e[1] for e in rec.events if e[0] == "on_eval_begin"] == [1, 3]
 
 
@@ -189,7 +212,9 @@ def test_eval_callbacks_and_counters():
     res = model.eval(make_batches(3), callbacks=[rec])
     assert set(res) == {"acc"}
     assert names(rec.events) == ["on_eval_begin", "on_eval_epoch_begin"] + [
-        "on_eval_step_begin", "on_eval_step_end"] * 3 + ["on_eval_epoch_end", "on_eval_end"]
+        "on_eval_step_begin",
+        "on_eval_step_end",
+    ] * 3 + ["on_eval_epoch_end", "on_eval_end"]
 
 
 def test_loss_monitor_output_format(capsys):
@@ -202,8 +227,12 @@ def test_loss_monitor_output_format(capsys):
 
 def test_training_converges_and_eval_matches_hand_computation():
     net = make_net()
-    model = Model(net, nn.CrossEntropyLoss(), torch.optim.Adam(net.parameters(), lr=0.05),
-                  metrics={"acc", "loss"})
+    model = Model(
+        net,
+        nn.CrossEntropyLoss(),
+        torch.optim.Adam(net.parameters(), lr=0.05),
+        metrics={"acc", "loss"},
+    )
     train, test = make_batches(8), make_batches(4, seed=3)
     before = model.eval(test)["acc"]
     model.train(10, train)
