@@ -437,7 +437,13 @@ class Model:
         trainer = self._make_trainer(max_epochs=None, callbacks=[bridge, *pl_cbs])
         with _quiet_lightning():
             trainer.validate(lit, dataloaders=for_lightning(valid_dataset), verbose=False)
-        return dict(lit.last_eval_results.get("metrics", {}))
+        metrics = dict(lit.last_eval_results.get("metrics", {}))
+        if not metrics:
+            # spawn-based strategies (ddp_spawn) evaluate in child processes; Lightning sends
+            # the logged scalar metrics back to this one
+            cbm = trainer.callback_metrics
+            metrics = {k: float(cbm[k]) for k in lit.metric_fns if k in cbm}
+        return metrics
 
     # ------------------------------------------------------------------ predict
     def predict(self, *predict_data: Any) -> Any:
