@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "DynamicLossScaler": "lit_amp.amp.loss_scaler",
     "all_finite": "lit_amp.amp.loss_scaler",
     "AmpPrecision": "lit_amp.plugins.amp_precision",
+    "RecModel": "lit_amp.rec.rec_model",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,209 @@
+"""The stream-source protocol: an iterable of batches with a checkpointable cursor.
+
+A :class:`StreamSource` is a ``torch.utils.data.IterableDataset`` whose ``__iter__`` yields
+ready-made batches (no collation needed: wrap it in ``DataLoader(source, batch_size=None)`` if
+you want a DataLoader). Besides iteration it promises:
+
+- ``state_dict()`` returns the cursor *after the last batch yielded* (the generator is
+  suspended right after a ``yield``, so the cursor read then matches that batch exactly), and
+  ``load_state_dict(state)`` makes the next ``iter()`` continue from such a cursor. RecModel
+  reads the cursor after every batch it pulls and commits it only once that batch is trained,
+  which is what makes at-least-once delivery work.
+- ``bind_idle(fn)``: while the source waits for data it calls ``fn()`` every poll; a true
+  result ends the iteration (RecModel uses it for stop conditions and time-based publishing
+  while the stream is quiet).
+- malformed records are counted (``malformed``), logged and written to a dead-letter file
+  with their position (:class:`DeadLetterFile`), never raised and never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+__all__ = ["StreamSource", "DeadLetterFile", "resolve_shard"]
+
+log = logging.getLogger(__name__)
+
+_RAW_MAX = 4096  # characters of a malformed record kept in the dead-letter file
+
+
+def resolve_shard(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """This reader's shard: ``(shard_id, num_shards)`` over distributed ranks x DataLoader workers.
+
+    ``rank``/``world_size`` default to ``torch.distributed``'s when a process group is
+    initialized (else 0 / 1); inside a DataLoader worker each worker takes its own sub-shard.
+
+    Example:
+        >>> resolve_shard(1, 2)
+        (1, 2)
+    """
+    if rank is None or world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank() if rank is None else rank
+            world_size = dist.get_world_size() if world_size is None else world_size
+        rank = 0 if rank is None else rank
+        world_size = 1 if world_size is None else world_size
+    info = get_worker_info()
+    if info is None:
+        return rank, world_size
+    return rank * info.num_workers + info.id, world_size * info.num_workers
+
+
+class DeadLetterFile:
+    """Append-only JSON-lines file of malformed records, with their position in the stream.
+
+    Each line: ``{"time", "source", "position", "error", "record"}`` (``record`` is the raw
+    text, truncated to 4096 characters). With ``path=None`` records are only logged (at
+    WARNING, with position and content). Writes are flushed line by line, so a crash loses
+    none; after a restart the same record may be dead-lettered again (at-least-once).
+
+    Args:
+        path: the file, or None.
+        source: a name for the ``"source"`` field.
+
+    Example:
+        >>> import tempfile, os
+        >>> dl = DeadLetterFile(os.path.join(tempfile.mkdtemp(), "dead.jsonl"), "demo")
+        >>> dl.write({"line": 3}, "bad json", "{oops")
+        >>> dl.count
+        1
+    """
+
+    def __init__(self, path: str | os.PathLike | None, source: str) -> None:
+        self.path = None if path is None else os.fspath(path)
+        self.source = source
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def write(self, position: dict[str, Any], error: str, record: Any) -> None:
+        """Record one malformed record (never raises on a bad record)."""
+        raw = record if isinstance(record, str) else _to_text(record)
+        if len(raw) > _RAW_MAX:
+            raw = raw[:_RAW_MAX] + "...(truncated)"
+        with self._lock:
+            self.count += 1
+            n = self.count
+        if self.path is None:  # no file: every record goes to the log, with its content
+            log.warning(
+                "%s: malformed record at %s: %s; record: %r", self.source, position, error, raw
+            )
+            return
+        if n <= 10 or n % 1000 == 0:
+            log.warning(
+                "%s: malformed record #%d at %s: %s (dead-lettered to %s)",
+                self.source,
+                n,
+                position,
+                error,
+                self.path,
+            )
+        line = json.dumps(
+            {
+                "time": time.time(),
+                "source": self.source,
+                "position": position,
+                "error": error,
+                "record": raw,
+            }
+        )
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        # one write() of one line with O_APPEND: lines of concurrent writers do not interleave
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def _to_text(record: Any) -> str:
+    if isinstance(record, bytes):
+        return record.decode("utf-8", errors="replace")
+    try:
+        return json.dumps(record, default=repr)
+    except (TypeError, ValueError):
+        return repr(record)
+
+
+class StreamSource(IterableDataset):
+    """Base class of the stream sources: batches, a cursor, an idle hook, a dead-letter file.
+
+    Subclasses implement ``__iter__`` (yielding batches and keeping ``self._cursor`` equal to
+    the position after the last batch yielded), and ``_restore(state)``.
+
+    Args:
+        dead_letter_path: where malformed records go (None: logged only).
+        name: the source name used in logs and dead-letter lines.
+
+    Example:
+        >>> class Countdown(StreamSource):
+        ...     def __init__(self, n):
+        ...         super().__init__(name="Countdown")
+        ...         self.n = n
+        ...         self._cursor = {"left": n}
+        ...     def __iter__(self):
+        ...         while self._cursor["left"] > 0:
+        ...             self._cursor = {"left": self._cursor["left"] - 1}
+        ...             yield (torch.zeros(2, 3), torch.ones(2))
+        >>> src = Countdown(3)
+        >>> it = iter(src); _ = next(it); src.state_dict()
+        {'left': 2}
+    """
+
+    def __init__(self, *, dead_letter_path: str | os.PathLike | None = None, name: str) -> None:
+        super().__init__()
+        self.dead_letter = DeadLetterFile(dead_letter_path, name)
+        self._idle_fn: Callable[[], bool] | None = None
+        self._cursor: dict[str, Any] = {}
+        self.records_read = 0  # valid records yielded (this process)
+        self.batches_read = 0
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def malformed(self) -> int:
+        """Malformed records met so far (each one is in the dead-letter file / the log)."""
+        return self.dead_letter.count
+
+    def state_dict(self) -> dict[str, Any]:
+        """The cursor after the last batch yielded (a small, picklable dict)."""
+        return dict(self._cursor)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the next ``iter()`` from a cursor returned by :meth:`state_dict`.
+
+        Raises:
+            TypeError: ``state`` is not a dict.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(
+                f"For '{type(self).__name__}.load_state_dict', the argument 'state' must be a "
+                f"dict returned by state_dict(), but got {type(state).__name__}."
+            )
+        self._restore(state)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._cursor = dict(state)
+
+    def bind_idle(self, fn: Callable[[], bool] | None) -> None:
+        """Call ``fn()`` at every poll while waiting for data; a true result ends iteration."""
+        self._idle_fn = fn
+
+    def _idle(self) -> bool:
+        return bool(self._idle_fn()) if self._idle_fn is not None else False
+
+    def __iter__(self) -> Iterator[Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)

@@ -1,0 +1,413 @@
+"""``DirectorySource``: tail a folder that producers fill with files (the embedded default).
+
+Contract with producers: write a file under a hidden or temporary name, then rename it into
+the folder (``os.replace`` is atomic), as :func:`write_shard` does. The source only reads
+files whose name does not start with ``.`` or ``_`` and ends with one of ``suffixes``, so it
+never sees half-written files. Files are read in name order (name them with a zero-padded
+sequence number or a timestamp); a file that lands late with a smaller name is still read,
+because the cursor is the *set* of consumed files, not a high-water mark.
+
+The stream ends when ``end_marker`` exists and every file of this shard is consumed, or after
+``max_idle_s`` without a new file; otherwise it polls forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import zlib
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from lit_amp.rec.sources.base import StreamSource, resolve_shard
+from lit_amp.rec.sources.schema import ClickSchema, Columns
+
+__all__ = ["DirectorySource", "write_shard", "shard_of"]
+
+log = logging.getLogger(__name__)
+
+_FORMATS = ("jsonl", "npz", "pt")
+
+
+def shard_of(name: str, num_shards: int) -> int:
+    """The shard a file belongs to: ``crc32(name) % num_shards`` (stable as the folder grows).
+
+    Example:
+        >>> shard_of("part-000001.npz", 1)
+        0
+    """
+    return zlib.crc32(name.encode()) % num_shards
+
+
+def write_shard(
+    directory: str | os.PathLike,
+    name: str,
+    columns: Columns,
+    fmt: str = "npz",
+    *,
+    schema: ClickSchema | None = None,
+    fsync: bool = False,
+) -> str:
+    """Write one file for a :class:`DirectorySource` atomically (hidden temp file, then rename).
+
+    Args:
+        directory: the watched folder (created if missing).
+        name: the file stem, e.g. ``"part-000042"`` (the suffix is added).
+        columns: ``{"id", "label", "dense", "cat"}`` arrays (e.g. from
+            :meth:`SyntheticClickSource.columns`).
+        fmt: ``"npz"``, ``"pt"`` or ``"jsonl"``.
+        schema: for ``"jsonl"`` (default :class:`ClickSchema`).
+        fsync: flush the data to disk before the rename (survives a power cut).
+
+    Returns:
+        The final path.
+
+    Raises:
+        ValueError: ``fmt`` is not one of the formats, or ``name`` is hidden or has a '/'.
+
+    Example:
+        >>> import tempfile
+        >>> from lit_amp.rec.sources import SyntheticClickSource
+        >>> d = tempfile.mkdtemp()
+        >>> os.path.basename(write_shard(d, "part-0", SyntheticClickSource(4).columns(0)))
+        'part-0.npz'
+    """
+    if fmt not in _FORMATS:
+        raise ValueError(
+            f"For 'write_shard', the argument 'fmt' must be one of {list(_FORMATS)}, but got "
+            f"{fmt!r}."
+        )
+    if not name or name[0] in "._" or "/" in name or os.sep in name:
+        raise ValueError(
+            "For 'write_shard', the argument 'name' must be a file stem that does not start with "
+            f"'.' or '_' and has no '/', but got {name!r}."
+        )
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    final = os.path.join(directory, f"{name}.{fmt}")
+    tmp = os.path.join(directory, f".{name}.{fmt}.tmp")
+    with open(tmp, "wb") as f:
+        if fmt == "npz":
+            np.savez(f, **{k: np.asarray(v) for k, v in columns.items()})
+        elif fmt == "pt":
+            torch.save({k: torch.as_tensor(np.asarray(v)) for k, v in columns.items()}, f)
+        else:
+            f.write((schema or ClickSchema()).to_json_lines(columns))
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, final)
+    return final
+
+
+class _OpenFile:
+    """One file being consumed: its valid rows and the read pointer over them."""
+
+    __slots__ = ("name", "cols", "index", "n_total", "k")
+
+    def __init__(self, name: str, cols: Columns, index: np.ndarray, n_total: int, k: int) -> None:
+        self.name = name
+        self.cols = cols
+        self.index = index  # row number (in the file) of each valid row
+        self.n_total = n_total
+        self.k = k  # valid rows consumed
+
+    @property
+    def remaining(self) -> int:
+        return len(self.index) - self.k
+
+    @property
+    def position(self) -> int:
+        """Rows of the file consumed (valid or dead-lettered) once ``k`` valid rows are taken."""
+        return int(self.index[self.k]) if self.k < len(self.index) else self.n_total
+
+
+class DirectorySource(StreamSource):
+    """Tail a folder of JSON-lines / ``.npz`` / ``.pt`` files, in name order, as batches.
+
+    Records are batched across file boundaries (``batch_size`` records per batch). The cursor
+    (:meth:`state_dict`) is ``{"done": files fully consumed, "partial": {file: rows consumed}}``
+    as of the last batch yielded; restore it with :meth:`load_state_dict` to continue exactly
+    there. Consumed files that disappear from the folder are dropped from the cursor, so its
+    size follows the folder's.
+
+    Sharding: file ``f`` belongs to shard ``crc32(f) % (world_size * num_workers)``; this
+    reader takes shard ``rank * num_workers + worker_id`` (see :func:`resolve_shard`).
+
+    Malformed records (bad JSON, missing or ill-typed fields, a label other than 0/1, a
+    non-finite dense value) and unreadable files go to the dead-letter file with
+    ``{"file", "row"}`` positions (``"row": null`` for a whole file), and are skipped.
+
+    Args:
+        directory: the folder to tail (it may not exist yet).
+        batch_size: records per batch.
+        schema: the record schema (default :class:`ClickSchema`).
+        suffixes: the file formats read, among ``"jsonl"``, ``"npz"``, ``"pt"``.
+        poll_interval: seconds between two listings while there is nothing to read.
+        max_idle_s: end the stream after this many seconds without a new file (None: never).
+        end_marker: a file name; once it exists and all files are consumed, the stream ends.
+        linger_s: while waiting, yield a partial batch once its first record has waited this
+            long (None: only full batches, except the last one at the end of the stream).
+        drop_last: drop the final partial batch at the end of the stream (its records stay
+            unconsumed in the cursor).
+        dead_letter_path: default ``{directory}/_dead_letter.jsonl``.
+        rank, world_size: shard explicitly (default: from ``torch.distributed``).
+
+    Raises:
+        ValueError: bad sizes, intervals or suffixes.
+
+    Example:
+        >>> import tempfile
+        >>> from lit_amp.rec.sources import SyntheticClickSource
+        >>> d = tempfile.mkdtemp()
+        >>> gen = SyntheticClickSource(batch_size=5, seed=0)
+        >>> for i in range(3):
+        ...     _ = write_shard(d, f"part-{i:06d}", gen.columns(i), "jsonl")
+        >>> src = DirectorySource(d, batch_size=4, max_idle_s=0.0)
+        >>> [len(label) for _, label in src]
+        [4, 4, 4, 3]
+        >>> sorted(src.state_dict()["done"]), src.state_dict()["partial"]
+        (['part-000000.jsonl', 'part-000001.jsonl', 'part-000002.jsonl'], {})
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        batch_size: int = 1000,
+        *,
+        schema: Any = None,
+        suffixes: tuple[str, ...] = _FORMATS,
+        poll_interval: float = 0.05,
+        max_idle_s: float | None = None,
+        end_marker: str | None = "_END",
+        linger_s: float | None = None,
+        drop_last: bool = False,
+        dead_letter_path: str | os.PathLike | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        directory = os.path.abspath(os.fspath(directory))
+        super().__init__(
+            dead_letter_path=dead_letter_path or os.path.join(directory, "_dead_letter.jsonl"),
+            name="DirectorySource",
+        )
+        owner = "DirectorySource"
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(
+                f"For '{owner}', the argument 'batch_size' must be a positive int, but got "
+                f"{batch_size!r}."
+            )
+        for name, v, allow_none in (
+            ("poll_interval", poll_interval, False),
+            ("max_idle_s", max_idle_s, True),
+            ("linger_s", linger_s, True),
+        ):
+            if v is None and allow_none:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(
+                    f"For '{owner}', the argument '{name}' must be a number of seconds >= 0"
+                    f"{' or None' if allow_none else ''}, but got {v!r}."
+                )
+        bad = [s for s in suffixes if s not in _FORMATS]
+        if not suffixes or bad:
+            raise ValueError(
+                f"For '{owner}', the argument 'suffixes' must be a non-empty subset of "
+                f"{list(_FORMATS)}, but got {suffixes!r}."
+            )
+        self.directory = directory
+        self.batch_size = batch_size
+        self.schema = schema if schema is not None else ClickSchema()
+        self.suffixes = tuple("." + s for s in suffixes)
+        self.poll_interval = float(poll_interval)
+        self.max_idle_s = max_idle_s
+        self.end_marker = end_marker
+        self.linger_s = linger_s
+        self.drop_last = bool(drop_last)
+        self.rank, self.world_size = rank, world_size
+        self._cursor = {"done": frozenset(), "partial": {}}
+        self._missing_logged = False
+
+    # ------------------------------------------------------------------ cursor
+    def state_dict(self) -> dict[str, Any]:
+        """``{"done": frozenset of consumed file names, "partial": {name: rows consumed}}``.
+
+        Cheap (the consumed set is shared, not copied): RecModel reads it after every batch.
+        """
+        return {"done": self._cursor["done"], "partial": dict(self._cursor["partial"])}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        done, partial = state.get("done", []), state.get("partial", {})
+        if not isinstance(done, (list, tuple, set, frozenset)) or not isinstance(partial, dict):
+            raise ValueError(
+                "For 'DirectorySource.load_state_dict', the state must be {'done': [names], "
+                f"'partial': {{name: rows}}}}, but got {state!r}."
+            )
+        self._cursor = {
+            "done": frozenset(done),
+            "partial": {str(k): int(v) for k, v in partial.items()},
+        }
+
+    @staticmethod
+    def merge_state_dicts(states: list[dict[str, Any]]) -> dict[str, Any]:
+        """One cursor from several readers' cursors (valid for any new sharding).
+
+        Example:
+            >>> DirectorySource.merge_state_dicts(
+            ...     [{"done": ["a"], "partial": {"b": 3}}, {"done": ["c"], "partial": {}}])
+            {'done': ['a', 'c'], 'partial': {'b': 3}}
+        """
+        done: set[str] = set()
+        partial: dict[str, int] = {}
+        for s in states:
+            done.update(s.get("done", []))
+            for k, v in s.get("partial", {}).items():
+                partial[k] = max(partial.get(k, 0), int(v))
+        return {
+            "done": sorted(done),
+            "partial": {k: v for k, v in partial.items() if k not in done},
+        }
+
+    # ------------------------------------------------------------------ files
+    def _list(self) -> list[str] | None:
+        try:
+            with os.scandir(self.directory) as it:
+                names = [e.name for e in it]
+        except FileNotFoundError:
+            if not self._missing_logged:
+                log.info("DirectorySource: %s does not exist yet; waiting.", self.directory)
+                self._missing_logged = True
+            return None
+        return names
+
+    def _wanted(self, name: str) -> bool:
+        return name[0] not in "._" and name.endswith(self.suffixes)
+
+    def _read(self, name: str, start: int) -> _OpenFile | None:
+        """Read and validate a whole file; dead-letter its bad rows (at or after ``start``)."""
+        path = os.path.join(self.directory, name)
+        schema = self.schema
+        try:
+            if name.endswith(".jsonl"):
+                with open(path, "rb") as f:
+                    lines = f.read().splitlines()
+                cols, index, bad = schema.parse_json_lines(lines)
+                n_total = len(lines)
+            elif name.endswith(".npz"):
+                with np.load(path, allow_pickle=False) as z:
+                    arrays = {k: z[k] for k in z.files}
+                cols, index, bad, n_total = schema.check_columns(arrays)
+            else:
+                arrays = torch.load(path, map_location="cpu", weights_only=True)
+                if not isinstance(arrays, dict):
+                    raise ValueError(f"a .pt shard must hold a dict, got {type(arrays).__name__}")
+                cols, index, bad, n_total = schema.check_columns(arrays)
+        except FileNotFoundError:
+            log.warning("DirectorySource: %s vanished before it was read; skipped.", path)
+            return None
+        except Exception as exc:  # an unreadable file is dead-lettered, never a crash
+            self.dead_letter.write({"file": name, "row": None}, f"unreadable file: {exc}", path)
+            return None
+        for row, why, raw in bad:
+            if row >= start:
+                self.dead_letter.write({"file": name, "row": int(row)}, why, raw)
+        k = int(np.searchsorted(index, start)) if start else 0
+        return _OpenFile(name, cols, index, n_total, k)
+
+    # ------------------------------------------------------------------ iteration
+    def __iter__(self) -> Iterator[Any]:
+        shard, nshards = resolve_shard(self.rank, self.world_size)
+        done: frozenset[str] = self._cursor["done"]
+        partial: dict[str, int] = dict(self._cursor["partial"])
+        queue: deque[str] = deque()
+        queued: set[str] = set()
+        cur: _OpenFile | None = None
+        parts: list[Columns] = []
+        nbuf = 0
+        buf_since = 0.0
+        last_new = time.monotonic()
+        bs = self.batch_size
+
+        def emit() -> Any:
+            nonlocal parts, nbuf
+            cols = self.schema.concat(parts)
+            self._cursor = {"done": done, "partial": dict(partial)}
+            parts, nbuf = [], 0
+            n = len(cols["id"])
+            self.records_read += n
+            self.batches_read += 1
+            return self.schema.to_batch(cols)
+
+        def scan() -> None:
+            nonlocal done
+            names = self._list()
+            if names is None:
+                return
+            present = set(names)
+            if len(done) > 64 and not done <= present:
+                done = done & present  # consumed files that were removed leave the cursor
+            current = cur.name if cur is not None else None
+            new = sorted(
+                n
+                for n in names
+                if self._wanted(n)
+                and n not in done
+                and n not in queued
+                and n != current
+                and (nshards == 1 or shard_of(n, nshards) == shard)
+            )
+            queue.extend(new)
+            queued.update(new)
+
+        while True:
+            if cur is None:
+                if not queue:
+                    scan()
+                while queue and cur is None:
+                    name = queue.popleft()
+                    queued.discard(name)
+                    last_new = time.monotonic()
+                    opened = self._read(name, partial.get(name, 0))
+                    if opened is None or opened.remaining == 0:
+                        done = done | {name}
+                        partial.pop(name, None)
+                    else:
+                        cur = opened
+            if cur is not None:
+                take = min(bs - nbuf, cur.remaining)
+                if nbuf == 0:
+                    buf_since = time.monotonic()
+                parts.append(self.schema.slice(cur.cols, cur.k, cur.k + take))
+                nbuf += take
+                cur.k += take
+                if cur.remaining == 0:
+                    done = done | {cur.name}
+                    partial.pop(cur.name, None)
+                    cur = None
+                else:
+                    partial[cur.name] = cur.position
+                if nbuf == bs:
+                    yield emit()
+                continue
+            # nothing to read now
+            now = time.monotonic()
+            if nbuf and self.linger_s is not None and now - buf_since >= self.linger_s:
+                yield emit()
+                continue
+            ended = self.max_idle_s is not None and now - last_new >= self.max_idle_s
+            if not ended and self.end_marker:
+                if os.path.exists(os.path.join(self.directory, self.end_marker)):
+                    scan()  # files written before the marker must be read first
+                    ended = not queue
+            if ended:
+                if nbuf and not self.drop_last:
+                    yield emit()
+                return
+            if self._idle():
+                return
+            self._sleep(self.poll_interval)

@@ -1,0 +1,194 @@
+"""Wide&Deep, the example recommender network, and ``LazyAdam`` to train its embedding tables.
+
+:class:`WideDeep` takes the batches of the built-in sources
+(``{"dense": (B, 13), "cat": (B, 26), ...}``) and returns one click logit per record; train it
+with ``torch.nn.BCEWithLogitsLoss``. Categorical ids are hashed into ``vocab_size`` rows per
+feature (``id % vocab_size``), so any id works. With ``sparse=True`` the embedding gradients
+are sparse and :class:`LazyAdam` (MindSpore's ``nn.LazyAdam``: Adam that updates only the
+rows a batch touched) keeps a step's cost independent of the table size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["WideDeep", "LazyAdam"]
+
+
+class WideDeep(nn.Module):
+    """Wide&Deep (Cheng et al., 2016) for Criteo-like click data.
+
+    - wide: a linear model over the hashed categorical ids (one weight per id, summed) and the
+      dense features;
+    - deep: per-feature embeddings of the ids, concatenated with ``log1p`` of the dense
+      features, through an MLP.
+
+    Both parts share one table (``embedding``: column 0 holds each id's wide weight, the other
+    ``embed_dim`` columns its deep embedding), looked up once per distinct id of the batch.
+
+    The output is ``wide + deep``: one logit per record, shape ``(B,)``.
+
+    Args:
+        num_dense: dense features (Criteo: 13).
+        num_cat: categorical features (Criteo: 26).
+        vocab_size: hashed rows per categorical feature.
+        embed_dim: embedding width of the deep part.
+        hidden: MLP widths.
+        dropout: dropout after each hidden layer.
+        sparse: sparse embedding gradients (use :class:`LazyAdam`, SGD or Adagrad).
+
+    Raises:
+        ValueError: a non-positive size.
+
+    Example:
+        >>> from lit_amp.rec.sources import SyntheticClickSource
+        >>> net = WideDeep(vocab_size=100, embed_dim=4, hidden=(8,))
+        >>> features, label = next(iter(SyntheticClickSource(batch_size=5)))
+        >>> net(features).shape
+        torch.Size([5])
+    """
+
+    def __init__(
+        self,
+        num_dense: int = 13,
+        num_cat: int = 26,
+        vocab_size: int = 10_000,
+        embed_dim: int = 16,
+        hidden: Sequence[int] = (256, 128),
+        dropout: float = 0.0,
+        sparse: bool = False,
+    ) -> None:
+        super().__init__()
+        for name, v in (("num_cat", num_cat), ("vocab_size", vocab_size), ("embed_dim", embed_dim)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(
+                    f"For 'WideDeep', the argument '{name}' must be a positive int, but got {v!r}."
+                )
+        if not isinstance(num_dense, int) or num_dense < 0:
+            raise ValueError(
+                f"For 'WideDeep', the argument 'num_dense' must be an int >= 0, but got "
+                f"{num_dense!r}."
+            )
+        self.num_dense, self.num_cat, self.vocab_size = num_dense, num_cat, vocab_size
+        self.register_buffer(
+            "offsets", torch.arange(num_cat, dtype=torch.long) * vocab_size, persistent=False
+        )
+        rows = num_cat * vocab_size
+        # one table for both parts: column 0 is an id's wide (linear) weight, columns 1.. its
+        # deep embedding — one lookup and one sparse gradient per step instead of two
+        self.embedding = nn.Embedding(rows, embed_dim + 1, sparse=sparse)
+        self.wide_dense = nn.Linear(num_dense, 1) if num_dense else None
+        layers: list[nn.Module] = []
+        width = num_cat * embed_dim + num_dense
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            if dropout:
+                layers.append(nn.Dropout(dropout))
+            width = h
+        layers.append(nn.Linear(width, 1))
+        self.mlp = nn.Sequential(*layers)
+        with torch.no_grad():
+            nn.init.normal_(self.embedding.weight, std=0.01)
+            self.embedding.weight[:, 0].zero_()
+
+    def forward(self, features: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]) -> Any:
+        """``features``: ``{"dense", "cat"}`` (extra keys ignored) or ``(dense, cat)``."""
+        if isinstance(features, Mapping):
+            dense, cat = features["dense"], features["cat"]
+        else:
+            dense, cat = features[0], features[1]
+        idx = torch.remainder(cat, self.vocab_size) + self.offsets
+        # look each distinct row up once: the sparse gradient then has one entry per distinct
+        # id of the batch, which makes the optimizer's coalesce cheap
+        rows, inverse = torch.unique(idx, return_inverse=True)
+        e = self.embedding(rows)[inverse]  # (B, num_cat, 1 + embed_dim)
+        wide = e[..., 0].sum(dim=1)
+        deep = e[..., 1:].flatten(1)
+        if self.num_dense:
+            x = torch.log1p(dense.float().clamp_min(0.0)).to(deep.dtype)
+            wide = wide + self.wide_dense(x).squeeze(1)
+            deep = torch.cat([x, deep], dim=1)
+        return wide + self.mlp(deep).squeeze(1)
+
+
+class LazyAdam(torch.optim.Optimizer):
+    """Adam that updates only the embedding rows present in a sparse gradient (MindSpore's
+    ``nn.LazyAdam``); dense gradients get the ordinary Adam update.
+
+    One optimizer for the whole Wide&Deep network (``Model``/``LitModel`` take one), instead of
+    ``SparseAdam`` + ``Adam``.
+
+    Args:
+        params: parameters or parameter groups.
+        lr: learning rate.
+        betas: Adam's moment decays.
+        eps: Adam's epsilon.
+
+    Raises:
+        ValueError: a negative lr/eps or a beta outside [0, 1).
+
+    Example:
+        >>> emb = torch.nn.Embedding(10, 2, sparse=True)
+        >>> opt = LazyAdam(emb.parameters(), lr=0.1)
+        >>> before = emb.weight.detach().clone()
+        >>> emb(torch.tensor([1])).sum().backward(); opt.step()
+        >>> torch.equal(emb.weight[0], before[0]), torch.equal(emb.weight[1], before[1])
+        (True, False)
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        if lr < 0 or eps < 0:
+            raise ValueError(
+                f"For 'LazyAdam', 'lr' and 'eps' must be >= 0, but got lr={lr}, eps={eps}."
+            )
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"For 'LazyAdam', 'betas' must be in [0, 1), but got {betas}.")
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        """One update; returns ``closure()``'s loss when a closure is given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                t = state["step"]
+                bc1, bc2 = 1 - b1**t, 1 - b2**t
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                g = p.grad
+                if g.is_sparse:
+                    g = g.coalesce()
+                    idx, val = g.indices()[0], g.values()
+                    m_rows = m.index_select(0, idx).mul_(b1).add_(val, alpha=1 - b1)
+                    v_rows = v.index_select(0, idx).mul_(b2).addcmul_(val, val, value=1 - b2)
+                    m.index_copy_(0, idx, m_rows)
+                    v.index_copy_(0, idx, v_rows)
+                    denom = v_rows.div_(bc2).sqrt_().add_(eps)
+                    p.index_add_(0, idx, m_rows.div_(denom).mul_(-lr / bc1))
+                else:
+                    m.lerp_(g, 1 - b1)
+                    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                    denom = (v / bc2).sqrt_().add_(eps)
+                    p.addcdiv_(m, denom, value=-lr / bc1)
+        return loss

@@ -1,0 +1,102 @@
+"""Small shared pieces for the RecModel tests: a tiny Wide&Deep, a hook recorder, data files."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from lit_amp.callbacks import Callback
+from lit_amp.rec import RecModel, WideDeep
+from lit_amp.rec.sources import SyntheticClickSource, write_shard
+
+TRAIN_HOOKS = (
+    "on_train_begin",
+    "on_train_epoch_begin",
+    "on_train_step_begin",
+    "on_train_step_end",
+    "on_train_epoch_end",
+    "on_train_end",
+)
+EVAL_HOOKS = ("on_eval_begin", "on_eval_step_end", "on_eval_end")
+
+
+def tiny_net(seed: int = 0) -> WideDeep:
+    torch.manual_seed(seed)
+    return WideDeep(vocab_size=64, embed_dim=4, hidden=(16,))
+
+
+def make_model(metrics: Any = None, seed: int = 0, **kw: Any) -> RecModel:
+    net = tiny_net(seed)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    return RecModel(net, nn.BCEWithLogitsLoss(), opt, metrics=metrics, **kw)
+
+
+class Recorder(Callback):
+    """Records (hook, cur_epoch_num, cur_step_num) for every hook; optional per-step action."""
+
+    def __init__(self, on_step=None) -> None:
+        self.events: list[tuple[str, int, int]] = []
+        self.ids: list[list[int]] = []
+        self.metrics_seen: list[Any] = []
+        self.on_step = on_step
+
+    def _rec(self, hook: str, rc: Any) -> None:
+        cb = rc.original_args()
+        self.events.append((hook, int(cb.cur_epoch_num), int(cb.cur_step_num)))
+
+    def on_train_begin(self, rc):
+        self._rec("on_train_begin", rc)
+
+    def on_train_epoch_begin(self, rc):
+        self._rec("on_train_epoch_begin", rc)
+
+    def on_train_step_begin(self, rc):
+        self._rec("on_train_step_begin", rc)
+
+    def on_train_step_end(self, rc):
+        self._rec("on_train_step_end", rc)
+        el = rc.original_args().train_dataset_element
+        self.ids.append(el[0]["record_id"].tolist())
+        if self.on_step is not None:
+            self.on_step(rc)
+
+    def on_train_epoch_end(self, rc):
+        self._rec("on_train_epoch_end", rc)
+        self.metrics_seen.append(rc.original_args().get("eval_results"))
+
+    def on_train_end(self, rc):
+        self._rec("on_train_end", rc)
+
+    def on_eval_begin(self, rc):
+        self._rec("on_eval_begin", rc)
+
+    def on_eval_step_end(self, rc):
+        self._rec("on_eval_step_end", rc)
+
+    def on_eval_end(self, rc):
+        self._rec("on_eval_end", rc)
+
+    def hooks(self) -> list[str]:
+        return [e[0] for e in self.events]
+
+
+def fill_dir(
+    directory: str | os.PathLike,
+    n_files: int,
+    per_file: int,
+    fmt: str = "npz",
+    *,
+    start: int = 0,
+    seed: int = 0,
+) -> list[int]:
+    """Write files part-{start..}: record ids are contiguous; returns all ids written."""
+    gen = SyntheticClickSource(batch_size=per_file, seed=seed, vocab_size=1000)
+    ids: list[int] = []
+    for i in range(start, start + n_files):
+        cols = gen.columns(i)
+        write_shard(directory, f"part-{i:06d}", cols, fmt)
+        ids.extend(cols["id"].tolist())
+    return ids

@@ -1,0 +1,78 @@
+"""A resident online trainer for the crash and DDP tests (run as a subprocess).
+
+Trains a tiny Wide&Deep from a DirectorySource and appends, after every step, one line
+``step id id id ...`` (the record ids of the batch just trained) to ``--log``; prints the
+OnlineSummary as JSON at the end. Under DDP (``LOCAL_RANK`` set by the test) each rank logs to
+``--log`` + ``.rank{r}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import torch
+from torch import nn
+
+from lit_amp.callbacks import Callback
+from lit_amp.rec import RecModel, WideDeep
+from lit_amp.rec.sources import DirectorySource
+
+
+class LogIds(Callback):
+    def __init__(self, path: str, sleep: float) -> None:
+        self.f = open(path, "a", buffering=1)  # line-buffered: each line is written at once
+        self.sleep = sleep
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        ids = cb.train_dataset_element[0]["record_id"].tolist()
+        self.f.write(f"{cb.cur_step_num} {' '.join(map(str, ids))}\n")
+        if self.sleep:
+            time.sleep(self.sleep)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", required=True)
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--log", required=True)
+    p.add_argument("--batch", type=int, default=40)
+    p.add_argument("--ckpt-every", type=int, default=4)
+    p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--max-idle", type=float, default=1.0)
+    p.add_argument("--ddp", type=int, default=0)
+    p.add_argument("--wait-for", default=None, help="start training once this file exists")
+    a = p.parse_args()
+    if a.wait_for:  # started early so that the imports above overlap another run
+        while not os.path.exists(a.wait_for):
+            time.sleep(0.02)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = WideDeep(vocab_size=64, embed_dim=4, hidden=(16,))
+    trainer = None
+    log = a.log
+    if a.ddp:
+        trainer = {"accelerator": "cpu", "devices": a.ddp, "strategy": "ddp"}
+        log = f"{a.log}.rank{os.environ['LOCAL_RANK']}"
+    model = RecModel(
+        net, nn.BCEWithLogitsLoss(), torch.optim.Adam(net.parameters(), 1e-2), trainer=trainer
+    )
+    src = DirectorySource(a.data, batch_size=a.batch, max_idle_s=a.max_idle, poll_interval=0.02)
+    summary = model.online_train(
+        src,
+        callbacks=[LogIds(log, a.sleep)],
+        ckpt_dir=a.ckpt,
+        ckpt_every_n_steps=a.ckpt_every,
+        keep_checkpoint_max=3,
+    )
+    print("SUMMARY " + json.dumps(dataclasses.asdict(summary)), flush=True)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Checkpoint cadence and resume (weights, optimizer, loss scale, cursor and counters together);
+publish cadence and atomic, loadable published weights."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+import torch
+
+from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager
+from lit_amp.rec import load_published, publish_weights
+from lit_amp.rec.publish import latest_published, list_checkpoints
+from lit_amp.rec.sources import DirectorySource, SyntheticClickSource
+from tests.rec._helpers import Recorder, fill_dir, make_model, tiny_net
+
+
+def test_checkpoints_by_steps_keep_the_newest(tmp_path):
+    s = make_model().online_train(
+        SyntheticClickSource(batch_size=8, num_records=80),
+        ckpt_dir=tmp_path,
+        ckpt_every_n_steps=3,
+        keep_checkpoint_max=2,
+    )
+    names = [os.path.basename(p) for p in list_checkpoints(tmp_path)]
+    assert names == ["online-000000000009.ckpt", "online-000000000010.ckpt"]  # 3, 6 pruned
+    assert s.last_checkpoint.endswith("online-000000000010.ckpt")
+    state = torch.load(s.last_checkpoint, weights_only=False)
+    assert set(state) >= {"network", "optimizer", "online", "append_info"}
+    assert state["online"]["step"] == 10 and state["online"]["records"] == 80
+    assert state["online"]["cursors"] == [{"batches": 10}]
+
+
+def test_checkpoints_by_seconds(tmp_path):
+    s = make_model().online_train(
+        SyntheticClickSource(batch_size=4, rate=400.0),
+        ckpt_dir=tmp_path,
+        ckpt_every_n_seconds=0.15,
+        max_time=0.8,
+        keep_checkpoint_max=100,
+    )
+    assert s.stop_reason == "max_time"
+    assert len(list_checkpoints(tmp_path)) >= 3
+
+
+def test_resume_restores_weights_optimizer_loss_scale_cursor_and_counters(tmp_path):
+    data, ckpt = tmp_path / "data", tmp_path / "ckpt"
+    all_ids = fill_dir(data, 6, 10)
+    lsm = {"loss_scale_manager": DynamicLossScaleManager(2**10, 2, 3)}
+    first = make_model(seed=0, **lsm)
+    rec1 = Recorder()
+    s1 = first.online_train(
+        DirectorySource(data, batch_size=10, max_idle_s=0),
+        callbacks=rec1,
+        ckpt_dir=ckpt,
+        ckpt_every_n_steps=2,
+        max_steps=4,
+    )
+    assert (s1.steps, s1.stop_reason) == (4, "max_steps")
+    lit1 = first.lit_model
+    assert lit1.loss_scale is not None and lit1.loss_scale.state_dict()
+
+    second = make_model(seed=123, **lsm)  # different initial weights: all must be restored
+    rec2 = Recorder()
+    s2 = second.online_train(
+        DirectorySource(data, batch_size=10, max_idle_s=0),
+        callbacks=rec2,
+        ckpt_dir=ckpt,
+        max_steps=5,
+    )
+    assert s2.resumed_from.endswith("online-000000000004.ckpt")
+    # counters continue: cur_step_num 5 is the first step of this run, max_steps is absolute
+    assert [e[2] for e in rec2.events if e[0] == "on_train_step_end"] == [5]
+    assert (s2.steps, s2.total_steps, s2.total_records) == (1, 5, 50)
+    # the stream continues after the last trained record
+    assert sum(rec1.ids + rec2.ids, []) == all_ids[:50]
+
+    # restored state equals the state the first run checkpointed
+    third = make_model(seed=7, **lsm)
+    state = torch.load(list_checkpoints(ckpt)[-2], weights_only=False)  # step 4
+    assert state["online"]["step"] == 4
+    third.lit_model.apply_amp()
+    third.lit_model.load_checkpoint_state(state)
+    sd1, sd3 = lit1.network.state_dict(), third.lit_model.network.state_dict()
+    assert all(torch.equal(sd1[k], sd3[k]) for k in sd1)
+    o1, o3 = lit1.optimizer.state_dict(), third.lit_model.optimizer.state_dict()
+    assert o1["state"].keys() == o3["state"].keys()
+    assert all(
+        torch.equal(o1["state"][k]["exp_avg"], o3["state"][k]["exp_avg"]) for k in o1["state"]
+    )
+    assert third.lit_model.loss_scale.state_dict() == lit1.loss_scale.state_dict()
+
+
+def test_resume_false_starts_over(tmp_path):
+    kw = {"ckpt_dir": tmp_path, "max_steps": 2}
+    make_model().online_train(SyntheticClickSource(batch_size=4), **kw)
+    s = make_model().online_train(SyntheticClickSource(batch_size=4), resume=False, **kw)
+    assert s.resumed_from is None and s.steps == 2
+
+
+def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
+    make_model().online_train(
+        SyntheticClickSource(batch_size=4), ckpt_dir=tmp_path, ckpt_every_n_steps=1, max_steps=3
+    )
+    (tmp_path / "online-000000000099.ckpt").write_bytes(b"garbage")
+    with caplog.at_level(logging.WARNING):
+        s = make_model().online_train(
+            SyntheticClickSource(batch_size=4), ckpt_dir=tmp_path, max_steps=4
+        )
+    assert s.resumed_from.endswith("online-000000000003.ckpt")
+    assert "unreadable checkpoint" in caplog.text
+
+
+def test_no_readable_checkpoint_is_an_error_not_a_silent_restart(tmp_path):
+    (tmp_path / "online-000000000005.ckpt").write_bytes(b"garbage")
+    with pytest.raises(RuntimeError, match="none of the 1 checkpoint"):
+        make_model().online_train(SyntheticClickSource(batch_size=4), ckpt_dir=tmp_path)
+
+
+def test_checkpoints_load_with_weights_only(tmp_path):
+    data = tmp_path / "data"
+    fill_dir(data, 2, 4)
+    s = make_model().online_train(
+        DirectorySource(data, batch_size=4, max_idle_s=0), ckpt_dir=tmp_path / "ckpt"
+    )
+    state = torch.load(s.last_checkpoint, weights_only=True)
+    assert state["online"]["cursors"] == [
+        {"done": ["part-000000.npz", "part-000001.npz"], "partial": {}}
+    ]
+
+
+def test_a_dataset_without_cursor_warns_when_checkpointing(tmp_path, caplog):
+    batches = list(SyntheticClickSource(batch_size=4, num_records=8))
+    with caplog.at_level(logging.WARNING):
+        make_model().online_train(batches, ckpt_dir=tmp_path)
+    assert "cannot hold the stream position" in caplog.text
+
+
+def test_publish_by_steps_writes_loadable_weights(tmp_path):
+    infos: list[dict] = []
+    model = make_model()
+    s = model.online_train(
+        SyntheticClickSource(batch_size=8, num_records=56),
+        publish_dir=tmp_path,
+        publish_every_n_steps=2,
+        keep_published_max=2,
+        publish_hook=infos.append,
+    )
+    assert [i["step"] for i in infos] == [2, 4, 6, 7]  # every 2 steps, and at the end
+    assert sorted(os.listdir(tmp_path)) == [
+        "LATEST",
+        "model-000000000006.pt",
+        "model-000000000007.pt",
+    ]
+    assert s.last_published == latest_published(tmp_path)
+    fresh = tiny_net(seed=99)
+    payload = load_published(tmp_path, fresh)
+    assert payload["step"] == 7 and payload["records"] == 56
+    trained = model.lit_model.network.state_dict()
+    assert all(torch.equal(v, trained[k]) for k, v in fresh.state_dict().items())
+    assert infos[-1]["cursor"] == {"batches": 7}
+
+
+def test_publish_by_seconds_also_while_the_stream_is_idle(tmp_path):
+    infos: list[dict] = []
+    step_times: dict[int, float] = {}
+    rec = Recorder(
+        lambda rc: step_times.setdefault(rc.original_args().cur_step_num, time.monotonic())
+    )
+    make_model().online_train(
+        SyntheticClickSource(batch_size=2, rate=4.0),  # one batch every 0.5 s
+        callbacks=rec,
+        publish_dir=tmp_path,
+        publish_every_n_seconds=0.1,
+        max_time=1.6,
+        publish_hook=lambda i: infos.append({**i, "t": time.monotonic()}),
+    )
+    # step 1's weights were published while waiting for batch 2, not only when it came
+    first = next(i for i in infos if i["step"] == 1)
+    assert 2 not in step_times or first["t"] < step_times[2]
+
+
+def test_publish_is_atomic_when_a_write_fails(tmp_path, monkeypatch):
+    net = tiny_net()
+    publish_weights(net, tmp_path, step=1)
+    real_save = torch.save
+
+    def broken_save(obj, f, *a, **k):
+        f.write(b"partial bytes")
+        raise OSError("disk full")
+
+    monkeypatch.setattr("lit_amp.rec.publish.torch.save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        publish_weights(net, tmp_path, step=2)
+    monkeypatch.setattr("lit_amp.rec.publish.torch.save", real_save)
+    assert sorted(os.listdir(tmp_path)) == ["LATEST", "model-000000000001.pt"]
+    assert load_published(tmp_path)["step"] == 1
+
+
+def test_load_published_without_anything_published(tmp_path):
+    with pytest.raises(ValueError, match="no published weights"):
+        load_published(tmp_path)
