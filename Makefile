@@ -30,4 +30,4 @@ lint: $(STAMP)
 	$(VPY) -m ruff check lit_amp tests bench examples
 
 clean:
-	rm -rf $(VENV) lightning_logs outputs multirun .pytest_cache
+	rm -rf $(VENV) lightning_logs outputs multirun runs .pytest_cache

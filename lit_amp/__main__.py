@@ -1,5 +1,6 @@
-"""``python -m lit_amp`` is ``lit-amp``."""
+"""``python -m lit_amp`` is the ``lit-amp`` command (see :mod:`lit_amp.cli`)."""
 
 from lit_amp.cli import main
 
-main()
+if __name__ == "__main__":
+    main()

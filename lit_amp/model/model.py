@@ -9,6 +9,7 @@ and argument checks (spec §1.3-1.4).
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import warnings
 from collections.abc import Iterator
@@ -191,6 +192,10 @@ class Model:
     # ------------------------------------------------------------------ trainer
     def _make_trainer(self, *, max_epochs: int | None, callbacks: list[L.Callback]) -> L.Trainer:
         kw = {**_TRAINER_DEFAULTS, **self._trainer_kwargs}
+        if not isinstance(kw.get("strategy", "auto"), str):
+            # a Strategy object is bound to the first Trainer that uses it: give each call
+            # (train, then eval, ...) a fresh copy of the one the user configured
+            kw["strategy"] = copy.deepcopy(kw["strategy"])
         user_cbs = kw.pop("callbacks", None) or []
         self._lit.log_train_loss = bool(kw.get("logger")) or bool(kw.get("enable_progress_bar"))
         if max_epochs is not None:
@@ -381,6 +386,10 @@ class Model:
             if sink
             else for_lightning(train_dataset)
         )
+        if "spawn" in str(self._trainer_kwargs.get("strategy", "")).lower():
+            # spawn-based strategies pickle DataLoaders (and their generators) to the workers;
+            # the default fd sharing runs out of descriptors/shm on small machines
+            torch.multiprocessing.set_sharing_strategy("file_system")
         try:
             with _quiet_lightning():
                 trainer.fit(
@@ -505,26 +514,147 @@ class Model:
     ) -> dict:
         """Each parameter's sharding layout under a sharded strategy (FSDP / DTensor).
 
+        MindSpore compiles the parallel train graph and returns each parameter's layout; here
+        the Model's strategy is set up on ``train_dataset`` (one Trainer ``fit`` that stops
+        before the first step, on every rank) and the layout of each parameter of the network
+        is read from the sharded model — or directly, when the network's parameters already
+        are ``DTensor``s (``fully_shard`` / tensor parallelism applied by the caller).
+
+        Args:
+            train_dataset: the training data (only its first batch may be touched).
+            dataset_sink_mode: accepted for MindSpore compatibility.
+            sink_size: accepted for MindSpore compatibility.
+
+        Returns:
+            ``{parameter name: layout}`` for this rank, each layout a dict with
+            ``placements`` (e.g. ``["Shard(dim=0)"]``, ``["Replicate()"]``, ``["Shard(flat)"]``
+            for FSDP's flattened shards), ``device_mesh`` (mesh shape), ``mesh_dim_names``,
+            ``global_shape``, ``local_shape`` (this rank's shard; FSDP: ``[numel]`` of its
+            flat slice) and ``rank``.
+
         Raises:
-            RuntimeError: the Model is not configured with a sharded strategy.
+            RuntimeError: the Model has no sharded strategy (``trainer={'strategy': 'fsdp'}``,
+                ``ModelParallelStrategy``) and the network has no sharded parameters — as
+                MindSpore outside (semi-)auto parallel.
+
+        Example:
+            >>> net = nn.Linear(2, 2)
+            >>> Model(net, nn.MSELoss(), torch.optim.SGD(net.parameters(), 0.1)).infer_train_layout(
+            ...     [(torch.randn(4, 2), torch.randn(4, 2))])
+            Traceback (most recent call last):
+            ...
+            RuntimeError: infer_train_layout: parameter layouts need a sharded strategy ...
         """
-        return self._layout()
+        return self._layout("infer_train_layout", train_dataset)
 
     def infer_predict_layout(self, *predict_data: Any) -> dict:
-        """As :meth:`infer_train_layout`, for the predict network."""
-        return self._layout()
+        """As :meth:`infer_train_layout`, for the predict network on ``predict_data``.
 
-    def _layout(self) -> dict:
-        strategy = str(self._trainer_kwargs.get("strategy", "")).lower()
-        if "fsdp" not in strategy and "model_parallel" not in strategy:
-            raise RuntimeError(
-                "infer_train_layout / infer_predict_layout need a sharded strategy "
-                "(trainer={'strategy': 'fsdp'} or ModelParallelStrategy), as MindSpore needs "
-                f"(semi-)auto parallel; got strategy={strategy or None!r}."
-            )
-        raise NotImplementedError(
-            "Parameter layouts under FSDP arrive with the distributed issue; not yet available."
+        Raises:
+            RuntimeError: no sharded strategy and no sharded parameters.
+        """
+        return self._layout("infer_predict_layout", predict_data)
+
+    def _layout(self, api: str, data: Any = None) -> dict:
+        from torch.distributed.tensor import DTensor
+
+        strategy = self._trainer_kwargs.get("strategy")
+        name = (strategy if isinstance(strategy, str) else type(strategy).__name__).lower()
+        sharded_strategy = any(k in name for k in ("fsdp", "modelparallel", "model_parallel"))
+        try:
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP1
+        except ImportError:  # pragma: no cover - torch without FSDP
+            FSDP1 = ()  # type: ignore[assignment]  # noqa: N806
+        net = self._network
+        already = any(isinstance(p, DTensor) for p in net.parameters()) or any(
+            isinstance(m, FSDP1) for m in net.modules()
         )
+        if not (sharded_strategy or already):
+            raise RuntimeError(
+                f"{api}: parameter layouts need a sharded strategy (trainer={{'strategy': "
+                "'fsdp'} or a "
+                "ModelParallelStrategy) or a network with sharded (DTensor) parameters, as "
+                "MindSpore needs (semi-)auto parallel; got strategy="
+                f"{strategy if strategy is not None else None!r}."
+            )
+
+        def read(modules: list[nn.Module]) -> dict:
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+            flat: dict[int, tuple[list[int], int]] = {}
+            for m in modules:  # FSDP1 (use_orig_params): each parameter's slice of the flat shard
+                handle = getattr(m, "_handle", None) if isinstance(m, FSDP1) else None
+                fp = getattr(handle, "flat_param", None)
+                for p, shape in zip(getattr(fp, "_params", None) or [],
+                                    getattr(fp, "_shapes", None) or []):
+                    flat[id(p)] = (list(shape), int(p.numel()))
+            out = {}
+            for pname, p in net.named_parameters():
+                if isinstance(p, DTensor):
+                    mesh = p.device_mesh
+                    out[pname] = {
+                        "placements": [repr(pl) for pl in p.placements],
+                        "device_mesh": list(mesh.shape),
+                        "mesh_dim_names": list(mesh.mesh_dim_names or ()),
+                        "global_shape": list(p.shape),
+                        "local_shape": list(p.to_local().shape),
+                        "rank": rank,
+                    }
+                elif id(p) in flat:
+                    shape, numel = flat[id(p)]
+                    dist_on = torch.distributed.is_initialized()
+                    world = torch.distributed.get_world_size() if dist_on else 1
+                    out[pname] = {
+                        "placements": ["Shard(flat)"],
+                        "device_mesh": [world],
+                        "mesh_dim_names": [],
+                        "global_shape": shape,
+                        "local_shape": [numel],
+                        "rank": rank,
+                    }
+                else:
+                    out[pname] = {
+                        "placements": ["Replicate()"],
+                        "device_mesh": [],
+                        "mesh_dim_names": [],
+                        "global_shape": list(p.shape),
+                        "local_shape": list(p.shape),
+                        "rank": rank,
+                    }
+            return out
+
+        if already:
+            return read(list(net.modules()))
+
+        layouts: dict = {}
+
+        class _Capture(L.Callback):
+            def _grab(self, trainer: L.Trainer) -> None:
+                layouts.update(read(list(trainer.strategy.model.modules())))
+                trainer.should_stop = True
+
+            def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+                self._grab(trainer)
+
+            def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+                self._grab(trainer)
+
+        kw = {**_TRAINER_DEFAULTS, **self._trainer_kwargs, "logger": False}
+        user_cbs = kw.pop("callbacks", None) or []
+        with _quiet_lightning():
+            if api == "infer_train_layout":
+                check_dataset(data, "train_dataset")
+                trainer = L.Trainer(callbacks=[_Capture(), *user_cbs], max_steps=0, **kw)
+                trainer.fit(self._lit, train_dataloaders=for_lightning(data))
+            else:
+                trainer = L.Trainer(callbacks=[_Capture(), *user_cbs], **kw)
+                trainer.predict(self._lit, dataloaders=[tuple(data)], return_predictions=False)
+        if not layouts:
+            raise RuntimeError(
+                f"{api}: the layout was computed in worker processes this process cannot read "
+                "(a spawn-based launcher); run the script under torchrun / srun or Lightning's "
+                "default launcher."
+            )
+        return layouts
 
     # ------------------------------------------------------------------ misc
     def __repr__(self) -> str:

@@ -1,0 +1,62 @@
+"""Shared pieces of the CLI tests: composing ``conf/`` and a weight-digest callback."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from lit_amp.cli import CONF_DIR, CONFIG_NAME
+
+# small, fast defaults for every composed test config
+FAST_DATA = ("data=synthetic", "data.num_train=200", "data.num_valid=100")
+FAST = ("callbacks=minimal", "trainer.enable_progress_bar=false")
+
+
+def compose_cfg(overrides: Sequence[str], out: Path, *, fast: bool = True) -> DictConfig:
+    """Compose ``conf/config.yaml`` with ``overrides`` as ``lit-amp`` would, outputs in ``out``."""
+    fast_ov: list[str] = []
+    if fast:
+        if not any(o.startswith(("data=", "experiment=")) for o in overrides):
+            fast_ov += FAST_DATA
+        fast_ov += FAST
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            CONFIG_NAME, overrides=[*fast_ov, *overrides], return_hydra_config=True
+        )
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)
+        cfg.paths.root_dir = str(out)
+        cfg.hydra.runtime.output_dir = str(out)
+        cfg.hydra.runtime.cwd = os.getcwd()
+        cfg.hydra.job.num = 0
+        cfg.hydra.job.id = "test"
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def options(group: str) -> list[str]:
+    """The option names of a config group (its YAML files)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+class WeightDigest(L.Callback):
+    """Writes each rank's parameters at the end of training to ``<out>/weights_rank<r>.json``."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        flat = torch.cat([p.detach().float().flatten().cpu() for p in pl_module.parameters()])
+        with open(os.path.join(self.out, f"weights_rank{trainer.global_rank}.json"), "w") as f:
+            json.dump({"rank": trainer.global_rank, "world": trainer.world_size,
+                       "weights": flat.tolist()}, f)

@@ -1,0 +1,140 @@
+"""Every option of every config group composes and instantiates (conf/)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import lightning as L
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from lit_amp.cli import CONF_DIR, build
+from tests.cli._helpers import compose_cfg, options
+
+ONLINE = ("mode=online", "model=wide_deep", "data=clicks_stream", "data.num_records=64",
+          "data.batch_size=32", "callbacks=none")
+_HAS_TB = importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")
+_HAS_OPTUNA = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None
+_HAS_SUBMITIT = importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
+
+# (group, option) -> extra overrides needed to build it
+_CONTEXT = {
+    ("model", "wide_deep"): ONLINE,
+    ("data", "clicks_stream"): ONLINE,
+    ("data", "clicks_dir"): ONLINE[:2] + ("data=clicks_dir", "callbacks=none"),
+    ("data", "clicks_socket"): ONLINE[:2] + ("data=clicks_socket", "callbacks=none"),
+    ("data", "clicks_kafka"): ONLINE[:2] + ("data=clicks_kafka", "callbacks=none"),
+}
+_GROUPS = ("amp", "loss_scale", "boost", "optimizer", "trainer", "model", "data", "callbacks",
+           "logger", "online", "paths", "debug")
+CASES = [(g, o) for g in _GROUPS for o in options(g)]
+
+
+def _skip_reason(group: str, option: str) -> str | None:
+    if group == "logger" and option in ("tensorboard", "many") and not _HAS_TB:
+        return "TensorBoardLogger needs `pip install tensorboard`"
+    return None
+
+
+def test_every_group_has_options():
+    for g in _GROUPS:
+        assert options(g), g
+    assert (CONF_DIR / "config.yaml").read_text().startswith("# lit-amp")
+
+
+@pytest.mark.parametrize(("group", "option"), CASES, ids=[f"{g}={o}" for g, o in CASES])
+def test_option_composes_and_instantiates(group, option, tmp_path):
+    reason = _skip_reason(group, option)
+    if reason:
+        pytest.skip(reason)
+    extra = _CONTEXT.get((group, option), ())
+    ov = [*extra, f"{group}={option}"] if f"{group}={option}" not in extra else list(extra)
+    if (group, option) == ("data", "clicks_dir"):
+        ov.append(f"data.directory={tmp_path / 'stream'}")
+    cfg = compose_cfg(ov, tmp_path)
+    b = build(cfg)  # instantiates data, network, loss, metrics, optimizer, callbacks, loggers
+    assert isinstance(b.network, torch.nn.Module)
+    assert b.model is not None and b.model.lit_model is not None
+    if group == "amp":
+        assert b.model.lit_model.amp_level == option
+    if group == "loss_scale":
+        if option in ("fixed", "dynamic"):
+            name = type(b.model_kwargs["loss_scale_manager"]).__name__
+            assert name.lower().startswith(option)
+        elif option == "none":
+            assert b.model_kwargs["loss_scale_manager"] is None
+        else:
+            assert "loss_scale_manager" not in b.model_kwargs
+    if group == "boost":
+        assert b.model.lit_model.boost_level == option
+    if group == "optimizer":
+        assert isinstance(b.optimizer, torch.optim.Optimizer)
+        if option.startswith("thor"):
+            assert type(b.model).__name__ == "ThorModel"
+    if group == "trainer":
+        kw = dict(b.trainer_kwargs)
+        assert "_target_" not in kw
+        accel = str(kw.get("accelerator"))
+        if accel in ("gpu", "cuda") and torch.cuda.device_count() < 1:
+            return  # composes and builds; a Trainer needs a GPU
+        L.Trainer(max_epochs=1, **kw)
+    if group == "callbacks":
+        assert len(b.callbacks) == len([v for v in cfg.callbacks.values() if v]) + 1
+
+
+@pytest.mark.parametrize("name", options("experiment"))
+def test_experiment_builds(name, tmp_path):
+    cfg = compose_cfg([f"experiment={name}", "debug=fdr"], tmp_path, fast=False)
+    b = build(cfg)
+    assert b.model is not None
+    text = (CONF_DIR / "experiment" / f"{name}.yaml").read_text()
+    assert text.startswith("# @package _global_") and "Launch:" in text
+
+
+def test_every_config_file_is_commented_with_a_launch_line():
+    for path in CONF_DIR.rglob("*.yaml"):
+        text = path.read_text()
+        assert text.lstrip().startswith("#"), path
+        if path.parent.name != "hydra" or path.name != "default.yaml":
+            assert "lit-amp" in text, f"{path}: no launch command"
+
+
+def test_schema_rejects_bad_values(tmp_path):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="amp.level"):
+        compose_cfg(["amp.level=O7"], tmp_path)
+    with pytest.raises(ConfigCompositionException):
+        compose_cfg(["epochs=abc"], tmp_path)
+    with pytest.raises(ConfigCompositionException, match="Could not find 'amp/O9'"):
+        compose_cfg(["amp=O9"], tmp_path)
+
+
+@pytest.mark.skipif(not _HAS_OPTUNA, reason="needs lit_amp[optuna] (hydra-optuna-sweeper)")
+def test_optuna_search_composes(tmp_path):
+    cfg = compose_cfg(["hparams_search=optuna"], tmp_path)
+    assert cfg.hydra.sweeper.direction == "maximize"
+    assert "optimizer.lr" in cfg.hydra.sweeper.params
+    assert str(cfg.hydra.mode) in ("RunMode.MULTIRUN", "MULTIRUN")
+
+
+@pytest.mark.skipif(not _HAS_SUBMITIT, reason="needs lit_amp[slurm] (hydra-submitit-launcher)")
+def test_slurm_launcher_composes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    cfg = compose_cfg(["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4",
+                       "trainer.num_nodes=2"], tmp_path)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher.tasks_per_node == 4 and launcher.gpus_per_node == 4 and launcher.nodes == 2
+    assert launcher.max_num_timeout >= 1
+    assert str(launcher.submitit_folder).startswith(str(cfg.hydra.sweep.dir))
+    # a requeued (same SLURM job id) run finds the same run directory
+    assert OmegaConf.select(cfg, "hydra.run.dir").endswith("/4242")
+
+
+def test_run_dir_is_timestamped_outside_slurm(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    cfg = compose_cfg([], tmp_path)
+    last = OmegaConf.select(cfg, "hydra.run.dir").rsplit("/", 1)[-1]
+    assert last[:2] == "20" and "_" in last

@@ -1,0 +1,77 @@
+"""Model.infer_train_layout / infer_predict_layout: sharded strategies only."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from lit_amp import Model
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("_layout_worker.py")
+
+
+def _model(**trainer):
+    net = nn.Linear(4, 2)
+    return Model(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1),
+                 trainer=trainer or None)
+
+
+@pytest.mark.parametrize("strategy", [None, "ddp", "ddp_spawn"])
+def test_layout_outside_a_sharded_strategy_raises(strategy):
+    kw = {"strategy": strategy} if strategy else {}
+    model = _model(**kw)
+    data = [(torch.randn(2, 4), torch.tensor([0, 1]))]
+    with pytest.raises(RuntimeError, match="need a sharded strategy"):
+        model.infer_train_layout(data)
+    with pytest.raises(RuntimeError, match="need a sharded strategy"):
+        model.infer_predict_layout(torch.randn(2, 4))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_worker(*args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(WORKER), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_layout_of_fsdp2_dtensor_parameters_on_cpu(tmp_path):
+    _run_worker("dtensor", str(tmp_path), str(_free_port()))
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    for res, rank in ((r0, 0), (r1, 1)):
+        for kind in ("train", "predict"):
+            lay = res[kind]
+            assert set(lay) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+            w = lay["0.weight"]
+            assert w["placements"] == ["Shard(dim=0)"] and w["device_mesh"] == [2]
+            assert w["global_shape"] == [16, 8] and w["local_shape"] == [8, 8]
+            assert w["rank"] == rank
+    # 3 output rows split 2 + 1 across the two ranks
+    assert r0["train"]["2.weight"]["local_shape"] == [2, 16]
+    assert r1["train"]["2.weight"]["local_shape"] == [1, 16]
+
+
+@pytest.mark.slow
+def test_layout_under_model_parallel_strategy_on_cpu(tmp_path):
+    # Lightning's launcher re-runs the worker for rank 1; the LitModel applies no tensor-parallel
+    # plan, so every parameter is reported as replicated over the 2 x 1 mesh
+    _run_worker("mp", str(tmp_path))
+    for r in (0, 1):
+        lay = json.loads((tmp_path / f"rank{r}.json").read_text())["train"]
+        assert lay["0.weight"]["placements"] == ["Replicate()"]
+        assert lay["0.weight"]["local_shape"] == [16, 8] and lay["0.weight"]["rank"] == r

@@ -1,0 +1,140 @@
+"""lit-amp runs: fast_dev_run of every experiment, the entry point, errors, sweeps, ddp_sim."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_amp.cli import _config_flags, _spawn_sharing, build, main, run
+from tests.cli._helpers import compose_cfg, options
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", options("experiment"))
+def test_experiment_fast_dev_run(name, tmp_path):
+    cfg = compose_cfg([f"experiment={name}", "debug=fdr", "trainer.accelerator=cpu"], tmp_path,
+                      fast=False)
+    value = run(cfg)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "ok"
+    assert result["mode"] == ("online" if name == "online" else "train")
+    if name != "online":
+        assert isinstance(value, float) and 0.0 <= value <= 1.0
+        assert "acc" in result["metrics"]
+
+
+def test_main_returns_the_optimized_metric(tmp_path, capsys):
+    value = main([
+        "data=synthetic", "data.num_train=200", "data.num_valid=100", "epochs=2",
+        "valid_frequency=1", "trainer.enable_progress_bar=false", "callbacks=minimal",
+        f"hydra.run.dir={tmp_path}",
+    ])
+    out = capsys.readouterr().out
+    assert isinstance(value, float) and 0.0 <= value <= 1.0
+    assert "test accuracy:" in out and "checkpoints:" in out and "| acc" in out
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["value"] == pytest.approx(value)
+    assert result["samples_per_s"] > 0
+    assert list((tmp_path / "checkpoints").glob("*.ckpt"))
+    # mode=eval reloads that checkpoint and gets the same accuracy
+    ckpt = result["latest_ckpt"]
+    again = main(["mode=eval", f"ckpt_path={ckpt}", "data=synthetic", "data.num_train=200",
+                  "data.num_valid=100", "trainer.enable_progress_bar=false",
+                  f"hydra.run.dir={tmp_path / 'eval'}"])
+    assert again == pytest.approx(value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("amp=O5", "Could not find 'amp/O5'"),
+        ("amp.level=O7", "Invalid value 'O7', expected one of [O0, O1, O2, O3, auto]"),
+        ("epochs=abc", "full_key: epochs"),
+        ("epochs=0", "'epochs' must be >= 1"),
+        ("optimizer.lr=-1", "the configuration of 'optimizer' was rejected"),
+        ("mode=eval", "mode=eval needs a checkpoint"),
+    ],
+)
+def test_config_errors_are_one_clear_message(override, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["data=synthetic", override, f"hydra.run.dir={tmp_path}"])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_config_flags_are_kept_for_ddp_workers():
+    argv = ["-cn", "x", "--config-dir=/c", "amp=O2", "--config-path", "p"]
+    assert _config_flags(argv) == ["-cn", "x", "--config-dir=/c", "--config-path", "p"]
+
+
+def test_ddp_worker_command_uses_the_job_dir(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from hydra.core import hydra_config
+
+    import lit_amp.cli as cli
+
+    hc = SimpleNamespace(
+        overrides=SimpleNamespace(task=["amp=O2", "trainer=ddp"],
+                                  hydra=["hydra.sweep.dir=/x", "hydra.job.chdir=false"]),
+        runtime=SimpleNamespace(output_dir=str(tmp_path / "3"), cwd=str(tmp_path)),
+        job=SimpleNamespace(name="lit_amp"),
+    )
+    monkeypatch.setattr(hydra_config.HydraConfig, "get", staticmethod(lambda: hc))
+    monkeypatch.setattr(sys, "argv", ["lit-amp", "-m", "amp=O0,O2", "trainer=ddp"])
+    cmd, cwd = cli._hydra_subprocess_cmd(1)
+    assert cwd == str(tmp_path)
+    assert "-m" not in cmd[2:] or cmd[1] == "-m"  # no multirun flag for the worker
+    assert "amp=O2" in cmd and "amp=O0,O2" not in cmd
+    assert f'hydra.run.dir="{tmp_path / "3"}"' in cmd and "hydra.mode=RUN" in cmd
+    assert "hydra.job.chdir=false" in cmd and "hydra.sweep.dir=/x" not in cmd
+
+
+@pytest.mark.slow
+def test_multirun_sweep_of_two_amp_levels(tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable, "-m", "lit_amp", "-m", "amp=O0,O2", "data=synthetic",
+        "data.num_train=300", "data.num_valid=100", "epochs=1", "valid_frequency=null",
+        "callbacks=minimal", "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads((sweep / str(i) / "result.json").read_text()) for i in (0, 1)]
+    assert [r["amp"] for r in results] == ["O0", "O2"]
+    assert all(r["status"] == "ok" and 0.0 <= r["value"] <= 1.0 for r in results)
+    summary = (sweep / "summary.md").read_text()
+    assert "| 0 | O0 | ok |" in summary and "| 1 | O2 | ok |" in summary
+    assert "lit-amp sweep summary" in proc.stdout
+    assert (sweep / "summary.png").is_file()
+
+
+@pytest.mark.slow
+def test_ddp_sim_two_processes_end_with_identical_weights(tmp_path):
+    cfg = compose_cfg([
+        "trainer=ddp_sim", "amp=O2",
+        "+callbacks.digest._target_=tests.cli._helpers.WeightDigest",
+        f"+callbacks.digest.out={tmp_path}",
+    ], tmp_path)
+    b = build(cfg)
+    assert b.trainer_kwargs["strategy"] == "ddp_spawn" and b.trainer_kwargs["devices"] == 2
+    with _spawn_sharing(b.trainer_kwargs["strategy"]):
+        b.model.train(1, b.train, callbacks=b.callbacks)  # one spawn (eval would spawn again)
+    ranks = [json.loads((tmp_path / f"weights_rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2]
+    assert ranks[0]["weights"] == ranks[1]["weights"]
+    # the weights trained in the workers came back to this process
+    flat = [p.detach().float().flatten() for p in b.network.parameters()]
+    assert torch.cat(flat).tolist() == pytest.approx(ranks[0]["weights"])
