@@ -315,6 +315,26 @@ class LitModel(L.LightningModule):
     def configure_optimizers(self) -> Any:
         return self._optimizer
 
+    # ------------------------------------------------------------------ boost
+    def configure_callbacks(self) -> list:
+        """Lightning hook: ``AutoBoost`` for ``boost_level`` (MindSpore's conditions, spec §3.1).
+
+        Boost needs an optimizer and an eval network or metrics; otherwise MindSpore skips it
+        with a warning, and so does lit_amp. A fresh AutoBoost per call (no global state).
+        """
+        if self.boost_level == "O0":
+            return []
+        if self._optimizer is None or (self._eval_network is None and not self.metric_fns):
+            log.warning(
+                "boost_level=%r is skipped: boost needs 'optimizer' and either 'eval_network' "
+                "or 'metrics' (MindSpore's rule).",
+                self.boost_level,
+            )
+            return []
+        from lit_amp.boost import AutoBoost
+
+        return [AutoBoost(self.boost_level, self.boost_config_dict)]
+
     # ------------------------------------------------------------------ training
     def _loss_of(self, batch: Any) -> torch.Tensor:
         inputs = as_batch_tuple(batch, expect_pair=self.loss_fn is not None)

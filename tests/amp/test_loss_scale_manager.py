@@ -75,11 +75,15 @@ def scripted_pattern(window: int, n: int = 400, seed: int = 0) -> list[bool]:
     return pat
 
 
-def run_cell(cell, init: float, pattern):
+PATHS = ["host", "tensor"]  # the CPU fast path and the device-side tensor-op path
+
+
+def run_cell(cell, init: float, pattern, path: str = "auto"):
     scale = torch.tensor(init, dtype=torch.float32)
+    call = {"auto": cell, "host": cell._forward_host, "tensor": cell._forward_tensor}[path]
     out = []
     for ovf in pattern:
-        ret = cell(scale, torch.tensor(ovf))
+        ret = call(scale, torch.tensor(ovf) if path != "host" else ovf)
         assert ret.dtype == torch.bool and bool(ret) == ovf
         out.append(float(scale))
     return out
@@ -89,11 +93,29 @@ def run_cell(cell, init: float, pattern):
 @pytest.mark.parametrize(
     "init,factor,window", [(2**24, 2, 2000), (2**10, 2, 5), (7.0, 3, 3), (2.0, 2, 1)]
 )
-def test_dynamic_cell_matches_spec(init, factor, window):
+@pytest.mark.parametrize("path", PATHS)
+def test_dynamic_cell_matches_spec(init, factor, window, path):
     pattern = scripted_pattern(window, n=max(400, 4 * window + 50))
     ref = SpecDeviceRule(init, factor, window)
     expected = [ref(o) for o in pattern]
-    assert run_cell(DynamicLossScaleUpdateCell(init, factor, window), init, pattern) == expected
+    cell = DynamicLossScaleUpdateCell(init, factor, window)
+    assert run_cell(cell, init, pattern, path) == expected
+    assert (
+        int(cell.cur_iter) == ref.cur_iter
+        and int(cell.last_overflow_iter) == ref.last_overflow_iter
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(), dict(hysteresis=3, min_loss_scale=0.3, max_loss_scale=1e6)],
+)
+def test_host_and_tensor_paths_agree_bitwise(kwargs):
+    pattern = scripted_pattern(3, n=400, seed=11)
+    a = DynamicLossScaleUpdateCell(1000.0, 1.1, 3, **kwargs)
+    b = DynamicLossScaleUpdateCell(1000.0, 1.1, 3, **kwargs)
+    assert run_cell(a, 1000.0, pattern, "host") == run_cell(b, 1000.0, pattern, "tensor")
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
 def test_dynamic_cell_first_growth_at_window_and_overflow_at_growth_step():
@@ -103,9 +125,10 @@ def test_dynamic_cell_first_growth_at_window_and_overflow_at_growth_step():
     assert traj == [16, 16, 32, 32, 32, 16, 16, 16, 32]
 
 
-def test_dynamic_cell_floor_and_counters():
+@pytest.mark.parametrize("path", PATHS)
+def test_dynamic_cell_floor_and_counters(path):
     cell = DynamicLossScaleUpdateCell(4.0, 2, 10)
-    traj = run_cell(cell, 4.0, [True] * 5)
+    traj = run_cell(cell, 4.0, [True] * 5, path)
     assert traj == [2.0, 1.0, 1.0, 1.0, 1.0]
     assert int(cell.cur_iter) == 6 and int(cell.last_overflow_iter) == 5
     assert cell.get_loss_scale() == 4.0  # the initial value, as in MindSpore
@@ -119,10 +142,11 @@ def test_dynamic_cell_python_bool_and_shape_one():
     assert scale.shape == (1,) and float(scale) == 8.0
 
 
-def test_dynamic_cell_refuses_non_finite_growth():
+@pytest.mark.parametrize("path", PATHS)
+def test_dynamic_cell_refuses_non_finite_growth(path):
     big = float(np.finfo(np.float32).max)
     cell = DynamicLossScaleUpdateCell(big, 2, 1)
-    assert run_cell(cell, big, [False, False]) == [big, big]
+    assert run_cell(cell, big, [False, False], path) == [big, big]
 
 
 def test_fixed_cell():
@@ -157,7 +181,8 @@ class RefExtended:
 
 
 @pytest.mark.parametrize("hysteresis,lo,hi", [(2, 1.0, None), (3, 4.0, 2.0**12), (1, 0.25, 2.0**9)])
-def test_cell_hysteresis_and_clamps(hysteresis, lo, hi):
+@pytest.mark.parametrize("path", PATHS)
+def test_cell_hysteresis_and_clamps(hysteresis, lo, hi, path):
     pattern = scripted_pattern(4, n=300, seed=3)
     init = 2.0**8
     ref = RefExtended(init, 2, 4, hysteresis, lo, hi)
@@ -165,7 +190,7 @@ def test_cell_hysteresis_and_clamps(hysteresis, lo, hi):
     cell = DynamicLossScaleUpdateCell(
         init, 2, 4, hysteresis=hysteresis, min_loss_scale=lo, max_loss_scale=hi
     )
-    assert run_cell(cell, init, pattern) == expected
+    assert run_cell(cell, init, pattern, path) == expected
     assert min(expected) >= lo and (hi is None or max(expected) <= hi)
 
 

@@ -79,9 +79,11 @@ def test_trainer_must_be_dict_without_reserved_keys(net):
         Model(net, trainer={"max_epochs": 3})
 
 
-def test_boost_not_yet_implemented_is_loud(net):
-    with pytest.raises(NotImplementedError, match="boost_level='O1'"):
-        Model(net, nn.CrossEntropyLoss(), _opt(net), metrics={"acc"}, boost_level="O1")
+def test_boost_without_metrics_is_skipped_with_a_warning(net, batches, caplog):
+    model = Model(net, nn.CrossEntropyLoss(), _opt(net), boost_level="O1")
+    model.train(1, batches)
+    assert "boost_level='O1' is skipped" in caplog.text
+    assert not any(type(c).__name__ == "AutoBoost" for c in model.trainer.callbacks)
 
 
 @pytest.fixture
