@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "all_finite": "lit_amp.amp.loss_scaler",
     "AmpPrecision": "lit_amp.plugins.amp_precision",
     "RecModel": "lit_amp.rec.rec_model",
+    "AutoBoost": "lit_amp.boost.auto_boost",
 }
 
 __all__ = sorted(_EXPORTS)

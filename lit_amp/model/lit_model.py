@@ -197,14 +197,19 @@ class LitModel(L.LightningModule):
             k: kwargs[k] for k in ("loss_scale_manager", "keep_batchnorm_fp32") if k in kwargs
         }
         self.boost_config_dict = kwargs.get("boost_config_dict")
+        # one AutoBoost per model (no global state); config errors surface here
+        self.boost: Any = None
         if boost_level != "O0":
-            try:
-                import lit_amp.boost  # noqa: F401
-            except ImportError as exc:
-                raise NotImplementedError(
-                    f"boost_level={boost_level!r} is not implemented yet (boost arrives with its "
-                    "own issue); use boost_level='O0'."
-                ) from exc
+            if optimizer is None or (eval_network is None and not self.metric_fns):
+                log.warning(
+                    "boost_level=%r is skipped: boost needs 'optimizer' and either "
+                    "'eval_network' or 'metrics' (MindSpore's rule).",
+                    boost_level,
+                )
+            else:
+                from lit_amp.boost import AutoBoost
+
+                self.boost = AutoBoost(boost_level, self.boost_config_dict)
         # steps between optimizer updates (gradient accumulation; set by boost's algorithm)
         self.grad_accumulation_steps = 1
         self._accum_i = 0
@@ -320,20 +325,10 @@ class LitModel(L.LightningModule):
         """Lightning hook: ``AutoBoost`` for ``boost_level`` (MindSpore's conditions, spec §3.1).
 
         Boost needs an optimizer and an eval network or metrics; otherwise MindSpore skips it
-        with a warning, and so does lit_amp. A fresh AutoBoost per call (no global state).
+        with a warning at construction, and so does lit_amp. The same AutoBoost serves every
+        call, so its freeze schedule continues across ``Model.train`` calls.
         """
-        if self.boost_level == "O0":
-            return []
-        if self._optimizer is None or (self._eval_network is None and not self.metric_fns):
-            log.warning(
-                "boost_level=%r is skipped: boost needs 'optimizer' and either 'eval_network' "
-                "or 'metrics' (MindSpore's rule).",
-                self.boost_level,
-            )
-            return []
-        from lit_amp.boost import AutoBoost
-
-        return [AutoBoost(self.boost_level, self.boost_config_dict)]
+        return [self.boost] if self.boost is not None else []
 
     # ------------------------------------------------------------------ training
     def _loss_of(self, batch: Any) -> torch.Tensor:
@@ -500,6 +495,8 @@ class LitModel(L.LightningModule):
             state["optimizer"] = self._optimizer.state_dict()
         if self.loss_scale is not None:
             state["loss_scale"] = self.loss_scale.state_dict()
+        if self.boost is not None:
+            state["boost"] = self.boost.state_dict()
         return state
 
     def load_checkpoint_state(self, state: dict) -> None:
@@ -509,6 +506,8 @@ class LitModel(L.LightningModule):
             self._optimizer.load_state_dict(state["optimizer"])
         if self.loss_scale is not None and state.get("loss_scale") is not None:
             self.loss_scale.load_state_dict(state["loss_scale"])
+        if self.boost is not None and state.get("boost"):
+            self.boost.load_state_dict(state["boost"])
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.loss_scale is not None:

@@ -103,15 +103,17 @@ def test_litmodel_trains_with_gradient_hooks_callback(tmp_path):
 
 
 @pytest.mark.slow
-def test_demo_reaches_85_percent_on_mnist1d_quickly(tmp_path):
+def test_demo_reaches_85_percent_on_mnist1d_quickly(tmp_path, monkeypatch):
+    """What `make demo` runs: the default experiment of `lit-amp`."""
     pytest.importorskip("mnist1d")
     from lit_amp.cli import main
 
+    monkeypatch.setenv("LIT_AMP_LOG_DIR", str(tmp_path))
     t0 = time.perf_counter()
-    acc = main(["--out", str(tmp_path)])
+    acc = main(["task_name=demo"])
     assert acc >= 0.85
     assert time.perf_counter() - t0 < 120
-    assert list((tmp_path / "checkpoints").glob("*.ckpt"))
+    assert list(tmp_path.rglob("*.ckpt"))
 
 
 def test_model_trainer_options_are_used(tmp_path):

@@ -1,0 +1,362 @@
+"""AdaSum: combine the data-parallel ranks' weight updates adaptively (spec §3.3).
+
+Each rank takes its optimizer step on its **own** gradients; the weight deltas
+``Δ_r = w_old - w_new`` are then combined pairwise (recursive halving/doubling order: ranks
+``(0,1), (2,3), ...`` first, then those results, ...) with, per parameter tensor,
+
+    ``res = (1 - (a·b + ε) / (2 (‖a‖² + ε))) a + (1 - (a·b + ε) / (2 (‖b‖² + ε))) b``,
+    ``ε = 1e-12``
+
+(MS ``boost/adasum.py``; Maleki et al., MLSys 2021): identical updates are averaged,
+orthogonal ones added. Every rank then sets ``w = w_old - res``, so weights stay identical
+across ranks while optimizer states (momentum) stay local, as in MindSpore and Horovod.
+Single-element parameters are averaged (MindSpore cannot split them across partners).
+
+``local_size`` mirrors MindSpore's nodes: gradients are averaged inside each block of
+``local_size`` consecutive ranks (MindSpore: the 8 devices of a node), and AdaSum combines the
+blocks. MindSpore switches AdaSum on only for ≥ 2 nodes of 8 devices (≥ 16 devices), so on one
+machine its O2 equals O1; lit_amp combines across all data-parallel ranks when ``local_size``
+does not divide the world into ≥ 2 blocks (``local_size=1``: every rank is a block), which
+makes it usable — and testable — with 2 CPU processes. Any world size works (an odd block is
+carried up the tree); MindSpore needs a power of two.
+
+Implementation: optimizer step pre-/post-hooks (snapshot, then combine after the local step:
+one ``all_gather`` of the flattened delta per step) and a DDP communication hook that replaces
+DDP's gradient averaging by a no-op (``local_size=1``) or a block-local mean. Usable without
+Lightning: :func:`adasum_combine`, :func:`adasum_reduce`, :func:`adasum_allreduce_`,
+:func:`noop_comm_hook`, :class:`AdaSumHooks`.
+
+Example:
+    >>> a = torch.tensor([1.0, 0.0]); b = torch.tensor([0.0, 1.0])
+    >>> adasum_combine(a, b)            # orthogonal: summed
+    tensor([1., 1.])
+    >>> adasum_combine(a, a)            # parallel: averaged
+    tensor([1., 0.])
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from lit_amp.boost.base import BoostAlgorithm
+
+__all__ = [
+    "AdaSum",
+    "AdaSumHooks",
+    "adasum_combine",
+    "adasum_reduce",
+    "adasum_allreduce_",
+    "noop_comm_hook",
+    "local_mean_comm_hook",
+    "EPS",
+]
+
+log = logging.getLogger(__name__)
+
+EPS = 1e-12
+
+
+def adasum_combine(a: Tensor, b: Tensor, eps: float = EPS) -> Tensor:
+    """AdaSum of two same-shaped tensors (one parameter's deltas from two ranks).
+
+    Example:
+        >>> adasum_combine(torch.tensor([2.0, 0.0]), torch.tensor([1.0, 1.0]))
+        tensor([2.0000, 0.5000])
+    """
+    if a.shape != b.shape:
+        raise ValueError(
+            f"adasum_combine: 'a' and 'b' must have the same shape, but got {tuple(a.shape)} "
+            f"and {tuple(b.shape)}."
+        )
+    dot = (a * b).sum() + eps
+    na = (a * a).sum() + eps
+    nb = (b * b).sum() + eps
+    return (1 - dot / (2 * na)) * a + (1 - dot / (2 * nb)) * b
+
+
+def _combine_flat(a: Tensor, b: Tensor, lengths: Tensor, eps: float) -> Tensor:
+    """Per-segment AdaSum of two flat vectors (segments = parameters, ``lengths`` each)."""
+    dot = torch.segment_reduce(a * b, "sum", lengths=lengths) + eps
+    na = torch.segment_reduce(a * a, "sum", lengths=lengths) + eps
+    nb = torch.segment_reduce(b * b, "sum", lengths=lengths) + eps
+    ca = torch.repeat_interleave(1 - dot / (2 * na), lengths)
+    cb = torch.repeat_interleave(1 - dot / (2 * nb), lengths)
+    return ca * a + cb * b
+
+
+def _tree(rows: list[Tensor], lengths: Tensor, eps: float) -> Tensor:
+    while len(rows) > 1:
+        nxt = [
+            _combine_flat(rows[i], rows[i + 1], lengths, eps) for i in range(0, len(rows) - 1, 2)
+        ]
+        if len(rows) % 2:
+            nxt.append(rows[-1])
+        rows = nxt
+    return rows[0]
+
+
+def _average_scalars(out: Tensor, rows: list[Tensor], scalar_idx: Tensor) -> Tensor:
+    """Single-element tensors are averaged over the rows (MindSpore cannot split them)."""
+    if scalar_idx.numel():
+        out[scalar_idx] = torch.stack([r[scalar_idx] for r in rows]).mean(0)
+    return out
+
+
+def adasum_reduce(deltas: Sequence[Sequence[Tensor]] | Sequence[Tensor], eps: float = EPS) -> Any:
+    """AdaSum over ranks, in recursive-doubling order, without communication.
+
+    Args:
+        deltas: one entry per rank: a tensor, or a list of tensors (one per parameter, combined
+            tensor by tensor).
+
+    Returns:
+        The combined tensor, or list of tensors. Single-element tensors are averaged.
+
+    Example:
+        >>> r = adasum_reduce([torch.tensor([1.0, 0]), torch.tensor([0, 1.0]),
+        ...                    torch.tensor([1.0, 0]), torch.tensor([0, 1.0])])
+        >>> r        # (a+b) with (a+b): parallel, averaged
+        tensor([1., 1.])
+    """
+    if not deltas:
+        raise ValueError("adasum_reduce: 'deltas' must hold at least one rank's deltas.")
+    single = isinstance(deltas[0], Tensor)
+    per_rank = [[d] if single else list(d) for d in deltas]  # type: ignore[list-item]
+    shapes = [t.shape for t in per_rank[0]]
+    rows = [torch.cat([t.reshape(-1) for t in r]) for r in per_rank]
+    lengths, scalar_idx = _segments(shapes, rows[0].device)
+    out = _average_scalars(_tree(rows, lengths, eps), rows, scalar_idx)
+    parts = list(torch.split(out, [int(torch.Size(s).numel()) for s in shapes]))
+    res = [p.reshape(s) for p, s in zip(parts, shapes)]
+    return res[0] if single else res
+
+
+def _segments(shapes: Sequence[torch.Size], device: torch.device) -> tuple[Tensor, Tensor]:
+    """Segment lengths and the flat indices of single-element tensors."""
+    sizes = [int(torch.Size(sh).numel()) for sh in shapes]
+    lengths = torch.tensor(sizes, device=device)
+    offsets = [sum(sizes[:i]) for i, n in enumerate(sizes) if n == 1]
+    return lengths, torch.tensor(offsets, dtype=torch.long, device=device)
+
+
+def _allreduce_flat(
+    flat: Tensor, lengths: Tensor, scalar_idx: Tensor, group: Any, local_size: int, eps: float
+) -> Tensor:
+    """AdaSum of a flat fp32 vector over ranks (segments = tensors); returns a new vector."""
+    world = dist.get_world_size(group)
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat, group=group)
+    rows = gathered[::local_size] if local_size > 1 and world % local_size == 0 else gathered
+    return _average_scalars(_tree(rows, lengths, eps), rows, scalar_idx)
+
+
+def adasum_allreduce_(
+    tensors: Sequence[Tensor],
+    group: Any = None,
+    local_size: int = 1,
+    eps: float = EPS,
+) -> None:
+    """Replace each rank's ``tensors`` (deltas) by their AdaSum over ranks, in place.
+
+    All ranks must call it with tensors of the same shapes. ``local_size > 1``: the tensors
+    of the ``local_size`` ranks of a block are assumed equal already (block-averaged
+    gradients) and one per block enters the combination. No-op without ``torch.distributed``
+    or with one rank.
+    """
+    if not tensors or not (dist.is_available() and dist.is_initialized()):
+        return
+    if dist.get_world_size(group) == 1:
+        return
+    flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
+    lengths, scalar_idx = _segments([t.shape for t in tensors], flat.device)
+    out = _allreduce_flat(flat, lengths, scalar_idx, group, local_size, eps)
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            n = t.numel()
+            t.copy_(out[offset : offset + n].view_as(t))
+            offset += n
+
+
+# ------------------------------------------------------------------ DDP communication hooks
+def noop_comm_hook(state: Any, bucket: Any) -> torch.futures.Future:
+    """A DDP communication hook that keeps each rank's own gradients (no averaging)."""
+    fut: torch.futures.Future = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def local_mean_comm_hook(process_group: Any, bucket: Any) -> torch.futures.Future:
+    """A DDP communication hook averaging gradients inside ``process_group`` only."""
+    buf = bucket.buffer()
+    buf.div_(dist.get_world_size(process_group))
+    work = dist.all_reduce(buf, group=process_group, async_op=True)
+    return work.get_future().then(lambda f: f.value()[0])
+
+
+# DDP checks the hooks' annotations against the real classes (not strings)
+for _hook in (noop_comm_hook, local_mean_comm_hook):
+    _hook.__annotations__ = {
+        "bucket": dist.GradBucket,
+        "return": torch.futures.Future[torch.Tensor],
+    }
+
+
+# ------------------------------------------------------------------ optimizer hooks
+class AdaSumHooks:
+    """Optimizer step hooks applying AdaSum to each step's weight deltas (pure torch).
+
+    Args:
+        optimizers: the torch optimizers (their parameters, in order, form the delta).
+        group: the process group (None: the default group).
+        local_size: ranks per block whose gradients are already averaged.
+
+    Example:
+        >>> net = nn.Linear(2, 1); opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        >>> hooks = AdaSumHooks([opt])   # without torch.distributed: a no-op
+        >>> hooks.remove()
+    """
+
+    def __init__(
+        self, optimizers: Sequence[torch.optim.Optimizer], group: Any = None, local_size: int = 1
+    ) -> None:
+        self.group = group
+        self.local_size = local_size
+        self.steps = 0
+        self._old: dict[int, Tensor] = {}
+        self._layouts: dict[tuple, tuple] = {}
+        self._handles: list[Any] = []
+        for opt in optimizers:
+            self._handles.append(opt.register_step_pre_hook(self._pre))
+            self._handles.append(opt.register_step_post_hook(self._post))
+
+    @staticmethod
+    def _params(opt: torch.optim.Optimizer) -> list[Tensor]:
+        return [p for g in opt.param_groups for p in g["params"]]
+
+    def _layout(self, params: list[Tensor]) -> tuple:
+        key = tuple(id(p) for p in params)
+        cached = self._layouts.get(key)
+        if cached is None:
+            sizes = [p.numel() for p in params]
+            lengths, scalar_idx = _segments([p.shape for p in params], params[0].device)
+            cached = (sizes, lengths, scalar_idx)
+            self._layouts = {key: cached}
+        return cached
+
+    @staticmethod
+    def _flat(params: list[Tensor]) -> Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in params]).float()
+
+    def _pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._old[id(opt)] = self._flat(self._params(opt))
+
+    def _post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        old = self._old.pop(id(opt), None)
+        if old is None:
+            return
+        params = self._params(opt)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size(self.group) > 1:
+            sizes, lengths, scalar_idx = self._layout(params)
+            delta = old - self._flat(params)  # w_old - w_new
+            combined = _allreduce_flat(delta, lengths, scalar_idx, self.group, self.local_size, EPS)
+            # w = w_old - combined: computed from values identical on every rank, so the
+            # weights stay bit-identical across ranks
+            result = old.sub_(combined)
+            with torch.no_grad():
+                views = [v.view_as(p) for v, p in zip(torch.split(result, sizes), params)]
+                if all(p.dtype == torch.float32 for p in params):
+                    torch._foreach_copy_(params, views)
+                else:
+                    for p, v in zip(params, views):
+                        p.copy_(v)
+        self.steps += 1
+
+    def remove(self) -> None:
+        """Remove the hooks."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._old.clear()
+
+
+class AdaSum(BoostAlgorithm):
+    """AdaSum across data-parallel ranks as a Lightning callback.
+
+    Works with Lightning's DDP strategies (``ddp``, ``ddp_spawn``, CPU/gloo or GPU/nccl): at
+    fit start it registers a DDP communication hook (no averaging, or a block-local mean) and
+    the optimizer step hooks. With one process it does nothing.
+
+    Args:
+        local_size: ranks per block (MindSpore's ``device_number``); used only when it splits
+            the world into >= 2 equal blocks, else every rank is its own block.
+
+    Example:
+        >>> import lightning as L
+        >>> trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn",
+        ...                     callbacks=[AdaSum()])  # doctest: +SKIP
+    """
+
+    name = "adasum"
+
+    def __init__(self, local_size: int = 1) -> None:
+        if isinstance(local_size, bool) or not isinstance(local_size, int) or local_size < 1:
+            raise ValueError(f"AdaSum: 'local_size' must be an int >= 1, but got {local_size!r}.")
+        self.local_size = local_size
+        self.hooks: AdaSumHooks | None = None
+        self.active = False
+        self.steps = 0  # AdaSum-combined optimizer steps (finished attachments)
+
+    def _effective_local_size(self, world: int) -> int:
+        ls = self.local_size
+        if ls > 1 and world % ls == 0 and world // ls >= 2:
+            return ls
+        if ls > 1:
+            log.info(
+                "AdaSum: local_size=%d does not split %d ranks into >= 2 blocks; combining "
+                "across all ranks.",
+                ls,
+                world,
+            )
+        return 1
+
+    def attach(
+        self, network: nn.Module, optimizers: Sequence[torch.optim.Optimizer], **context: Any
+    ) -> None:
+        self.detach()
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return
+        world, rank = dist.get_world_size(), dist.get_rank()
+        ls = self._effective_local_size(world)
+        trainer = context.get("trainer")
+        ddp = getattr(getattr(trainer, "strategy", None), "model", None)
+        if isinstance(ddp, nn.parallel.DistributedDataParallel):
+            if ls > 1:
+                block = None
+                for start in range(0, world, ls):  # every rank creates every group
+                    g = dist.new_group(list(range(start, start + ls)))
+                    if start <= rank < start + ls:
+                        block = g
+                ddp.register_comm_hook(block, local_mean_comm_hook)
+            else:
+                ddp.register_comm_hook(None, noop_comm_hook)
+        else:
+            log.warning(
+                "AdaSum: the model is not wrapped in DistributedDataParallel; the gradients are "
+                "assumed to be each rank's own."
+            )
+        self.hooks = AdaSumHooks(optimizers, None, ls)
+        self.active = True
+
+    def detach(self) -> None:
+        if self.hooks is not None:
+            self.steps += self.hooks.steps
+            self.hooks.remove()
+            self.hooks = None
+        self.active = False
