@@ -1,0 +1,433 @@
+"""auto_mixed_precision: which layer computes in which dtype at O0-O3, for float16 and bfloat16.
+
+Observed through forward hooks: a pre-hook registered after the conversion sees the inputs and
+the parameters the layer computes with; a forward hook registered with ``prepend=True`` sees the
+layer's raw output (before lit_amp casts it).
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lit_amp.amp import mixed_precision as mp
+from lit_amp.amp.mixed_precision import (
+    auto_mixed_precision,
+    get_amp_level,
+    invalidate_cast_cache,
+    remove_mixed_precision,
+)
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+class Mix(nn.Module):
+    """A custom layer: functional matmul (white-listed op) and GELU (not white-listed)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, d) / d**0.5)
+        self.last: dict[str, torch.Tensor] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.matmul(x, self.w)
+        self.last = {"x": x.detach(), "y": y.detach()}
+        return F.gelu(y)
+
+
+class SmallNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm1d(4)
+        self.relu = nn.ReLU()
+        self.fc = nn.Linear(4 * 8, 16)
+        self.ln = nn.LayerNorm(16)
+        self.mix = Mix(16)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.relu(self.bn(self.conv(x.unsqueeze(1)))).flatten(1)
+        return self.head(self.mix(self.ln(self.fc(h))))
+
+
+LAYERS = ("conv", "bn", "relu", "fc", "ln", "mix", "head")
+
+
+def observe(net: nn.Module) -> dict[str, dict[str, torch.dtype | None]]:
+    rec: dict[str, dict[str, torch.dtype | None]] = {}
+
+    def pre(m, args):
+        w = getattr(m, "weight", None)
+        if w is None:
+            w = getattr(m, "w", None)
+        rec[m._tag] = {"in": args[0].dtype, "w": w.dtype if torch.is_tensor(w) else None}
+
+    def post(m, args, out):
+        rec[m._tag]["out"] = out.dtype
+
+    for name in LAYERS:
+        m = getattr(net, name)
+        m._tag = name
+        m.register_forward_pre_hook(pre)
+        m.register_forward_hook(post, prepend=True)
+    return rec
+
+
+def expected(level: str, low: torch.dtype) -> dict[str, torch.dtype]:
+    if level == "O0":
+        return dict.fromkeys(LAYERS, F32)
+    if level == "O1":
+        d = dict.fromkeys(LAYERS, F32)
+        d.update(conv=low, relu=low, fc=low, head=low)
+        return d
+    if level == "O2":
+        d = dict.fromkeys(LAYERS, low)
+        d.update(bn=F32, ln=F32)
+        return d
+    return dict.fromkeys(LAYERS, low)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
+def test_layer_dtypes_storage_output_loss_grads(level, dtype):
+    net = SmallNet()
+    ref = {k: v.clone() for k, v in net.state_dict().items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fp16 on CPU warns (tested elsewhere)
+        assert auto_mixed_precision(net, level, dtype) is net
+    rec = observe(net)
+    x, y = torch.randn(6, 8), torch.randint(0, 3, (6,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = net(x)
+    exp = expected(level, dtype)
+    for name in LAYERS:
+        r = rec[name]
+        assert r["in"] == exp[name], (name, r)
+        assert r["out"] == exp[name], (name, r)
+        if r["w"] is not None:
+            assert r["w"] == exp[name], (name, r)
+    # the network output is float32 at every level; the loss too
+    assert out.dtype == F32
+    loss = nn.CrossEntropyLoss()(out, y)
+    assert loss.dtype == F32
+    loss.backward()
+    # parameters stay stored in fp32, and the gradients reach them in fp32
+    for n, p in net.named_parameters():
+        assert p.dtype == F32 and type(p) is nn.Parameter, n
+        assert p.grad is not None and p.grad.dtype == F32, n
+        assert torch.isfinite(p.grad).all(), n
+    # buffers keep their dtype; BatchNorm's running stats were updated
+    for n, b in net.named_buffers():
+        assert b.dtype == ref[n].dtype, n
+    assert not torch.equal(net.bn.running_mean, ref["bn.running_mean"])
+    assert get_amp_level(net) == (None if level == "O0" else level)
+
+
+@pytest.mark.parametrize("level", ["O1", "O2", "O3"])
+def test_functional_ops_follow_the_level(level):
+    """A torch.matmul inside a custom module: low at O1 (white-listed op), O2 and O3."""
+    net = SmallNet()
+    auto_mixed_precision(net, level, BF16)
+    net(torch.randn(4, 8))
+    x, y = net.mix.last["x"], net.mix.last["y"]
+    assert y.dtype == (F32 if level == "O1" else BF16)  # O1 casts the op's result back
+    low = (x.to(BF16) @ net.mix.w.detach().to(BF16)).to(y.dtype)
+    assert torch.equal(y, low)
+    if level == "O1":
+        assert x.dtype == F32 and not torch.equal(y, x @ net.mix.w.detach())
+
+
+def test_o1_intercepts_the_white_listed_functions():
+    seen = {}
+
+    class Ops(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 4))
+            self.k = nn.Parameter(torch.randn(2, 1, 3))
+
+        def forward(self, x):
+            w = self.w
+            r = {
+                "matmul": torch.matmul(x, w), "@": x @ w, "Tensor.matmul": x.matmul(w),
+                "mm": torch.mm(x, w), "linear": F.linear(x, w), "bmm": torch.bmm(x[None], w[None]),
+                "outer": torch.outer(x[0], x[1]), "conv1d": F.conv1d(x[:, None], self.k),
+                "F.relu": F.relu(x - 0.3), "torch.relu": torch.relu(x), "Tensor.relu": x.relu(),
+                "prelu": F.prelu(x, torch.tensor([0.25])),
+                "einsum": torch.einsum("ij,jk->ik", x, w), "softmax": x.softmax(-1),
+            }
+            seen.update(r)
+            return sum(v.float().sum() for v in r.values())
+
+    net = auto_mixed_precision(Ops(), "O1", BF16)
+    x = torch.randn(3, 4) * 1.7
+    net(x).backward()
+    q = x.to(BF16).float()
+    wq = net.w.detach().to(BF16).float()
+    for name, v in seen.items():
+        assert v.dtype == F32, name  # the result is cast back to fp32
+    # results equal the computation on bf16-rounded inputs, rounded to bf16
+    assert torch.equal(seen["matmul"], (q @ wq).to(BF16).float())
+    assert torch.equal(seen["F.relu"], F.relu((x - 0.3).to(BF16)).float())  # cast, then relu
+    # not white-listed: exact fp32 computation
+    assert torch.equal(seen["einsum"], torch.einsum("ij,jk->ik", x, net.w.detach()))
+    assert torch.equal(seen["softmax"], x.softmax(-1))
+    assert net.w.grad.dtype == F32 and net.k.grad.dtype == F32
+
+
+def test_o1_leaves_in_place_relu_alone():
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 1.0
+            F.relu(y, inplace=True)
+            return y
+
+    net = auto_mixed_precision(M(), "O1", BF16)
+    x = torch.randn(5)
+    assert torch.equal(net(x), x.clamp(min=0))
+
+
+def test_o2_keeps_outputs_of_black_list_low_and_root_fp32():
+    net = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2))
+    auto_mixed_precision(net, "O2", BF16)
+    seen = []
+    net[2].register_forward_pre_hook(lambda m, a: seen.append(a[0].dtype))
+    net[1].register_forward_hook(lambda m, a, o: seen.append(o.dtype))  # after lit_amp's cast
+    assert net(torch.randn(3, 4)).dtype == F32
+    assert seen == [BF16, BF16]
+
+
+def test_o3_batchnorm_low_and_running_stats_fp32():
+    net = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6))
+    auto_mixed_precision(net, "O3", BF16)
+    for _ in range(3):
+        net(torch.randn(16, 4) + 3)
+    assert net[1].running_mean.dtype == F32 and net[1].running_mean.abs().sum() > 0
+    assert int(net[1].num_batches_tracked) == 3
+    net.eval()
+    rm = net[1].running_mean.clone()
+    with torch.inference_mode():
+        assert net(torch.randn(2, 4)).dtype == F32
+    assert torch.equal(rm, net[1].running_mean)
+
+
+@pytest.mark.parametrize("level", ["O1", "O2", "O3"])
+def test_loss_module_inside_the_network_computes_in_fp32(level):
+    from lit_amp.amp.cells import WithLossCell
+
+    seen = []
+    loss_fn = nn.CrossEntropyLoss()
+    cell = WithLossCell(nn.Sequential(nn.Linear(4, 3)), loss_fn)
+    auto_mixed_precision(cell, level, BF16)
+    loss_fn.register_forward_pre_hook(lambda m, a: seen.append(a[0].dtype))
+    loss = cell(torch.randn(5, 4), torch.randint(0, 3, (5,)))
+    assert loss.dtype == F32 and seen == [F32]
+
+
+def test_o0_is_a_no_op():
+    net = SmallNet()
+    assert auto_mixed_precision(net, "O0") is net
+    assert not any(m._forward_pre_hooks for m in net.modules())
+
+
+def test_second_call_warns_and_replaces():
+    net = SmallNet()
+    auto_mixed_precision(net, "O3", BF16)
+    with pytest.warns(UserWarning, match="already been converted"):
+        auto_mixed_precision(net, "O2", BF16)
+    rec = observe(net)
+    net(torch.randn(2, 8))
+    assert rec["bn"]["w"] == F32 and rec["fc"]["w"] == BF16
+    assert sum(len(m._forward_pre_hooks) for m in net.modules()) == sum(
+        len(m._forward_pre_hooks) for m in auto_mixed_precision(SmallNet(), "O2", BF16).modules()
+    ) + len(LAYERS)  # observe() added one pre-hook per layer
+
+
+def test_remove_restores_fp32():
+    net = auto_mixed_precision(SmallNet(), "O3", BF16)
+    remove_mixed_precision(net)
+    rec = observe(net)
+    net(torch.randn(2, 8))
+    assert all(r["out"] == F32 for r in rec.values())
+    assert get_amp_level(net) is None
+
+
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        (("not a module", "O2"), TypeError, "'network' must be a torch.nn.Module"),
+        ((nn.Linear(2, 2), "O4"), ValueError, r"must be one of \['O0', 'O1', 'O2', 'O3', 'auto'\]"),
+        ((nn.Linear(2, 2), 2), TypeError, "must be a str"),
+        ((nn.Linear(2, 2), "O2", torch.float32), ValueError, "float16 or torch.bfloat16"),
+        ((nn.Linear(2, 2), "O2", "bf16"), ValueError, "but got 'bf16'"),
+    ],
+)
+def test_errors(args, exc, match):
+    with pytest.raises(exc, match=match):
+        auto_mixed_precision(*args)
+
+
+def test_fp16_on_cpu_warns_once():
+    net = auto_mixed_precision(nn.Linear(4, 4), "O2", F16)
+    with pytest.warns(UserWarning, match="orders of magnitude slower"):
+        net(torch.randn(2, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        net(torch.randn(2, 4))
+
+
+def test_cached_casts_follow_optimizer_steps_including_fused(monkeypatch):
+    monkeypatch.setattr(mp, "CACHE_MIN_NUMEL", 0)  # cache every parameter
+    torch.manual_seed(0)
+    ref, net = nn.Linear(8, 8), nn.Linear(8, 8)
+    net.load_state_dict(ref.state_dict())
+    auto_mixed_precision(net, "O3", BF16)
+    auto_mixed_precision(ref, "O3", BF16, cache_casts=False)
+    opts = [torch.optim.AdamW(m.parameters(), lr=0.1, fused=True) for m in (net, ref)]
+    x = torch.randn(4, 8)
+    for _ in range(3):
+        for m, o in zip((net, ref), opts):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+        with torch.no_grad():  # eval between steps reuses the cache, still up to date
+            assert torch.equal(net(x), ref(x))
+    assert "weight" in net.__dict__["_amp_cast_cache"]
+    assert "_amp_cast_cache" not in ref.__dict__
+    # a write through .data is invisible to the cache until invalidated
+    with torch.no_grad():
+        net.weight.data.mul_(0)
+        ref.weight.data.mul_(0)
+    invalidate_cast_cache(net)
+    assert torch.equal(net(x), ref(x))
+
+
+def test_large_parameters_are_cached_small_ones_cast_each_time():
+    net = auto_mixed_precision(nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 2)), "O2", BF16)
+    net(torch.randn(2, 512)).sum().backward()
+    assert list(net[0].__dict__["_amp_cast_cache"]) == ["weight"]  # 2**18 elements
+    assert "_amp_cast_cache" not in net[1].__dict__
+    assert net[0].weight.grad.dtype == F32
+
+
+def test_weight_sharing_and_two_forwards_before_backward(monkeypatch):
+    monkeypatch.setattr(mp, "CACHE_MIN_NUMEL", 0)
+    shared = nn.Linear(6, 6)
+    net = auto_mixed_precision(nn.Sequential(shared, nn.Tanh(), shared), "O2", BF16)
+    a, b = torch.randn(3, 6), torch.randn(3, 6)
+    loss = net(a).sum() + net(b).sum()  # siamese: two passes, one backward
+    loss.backward()
+    assert shared.weight.grad.dtype == F32
+
+
+def test_inference_mode_then_training(monkeypatch):
+    monkeypatch.setattr(mp, "CACHE_MIN_NUMEL", 0)
+    net = auto_mixed_precision(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), "O2", BF16)
+    with torch.inference_mode():
+        net(torch.randn(2, 4))
+    net(torch.randn(2, 4)).sum().backward()
+    assert net[0].weight.grad is not None
+
+
+def test_exception_in_forward_restores_parameters():
+    class Boom(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x):
+            self.lin(x)
+            raise RuntimeError("boom")
+
+    net = auto_mixed_precision(Boom(), "O2", BF16)
+    with pytest.raises(RuntimeError, match="boom"):
+        net(torch.randn(1, 2))
+    assert type(net.lin.weight) is nn.Parameter and net.lin.weight.dtype == F32
+
+
+def test_deepcopy_and_pickle_keep_working(monkeypatch):
+    monkeypatch.setattr(mp, "CACHE_MIN_NUMEL", 0)
+    net = auto_mixed_precision(SmallNet(), "O2", BF16)
+    net(torch.randn(2, 8))
+    for clone in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
+        rec = observe(clone)
+        out = clone(torch.randn(2, 8))
+        assert out.dtype == F32 and rec["fc"]["w"] == BF16 and rec["bn"]["w"] == F32
+        out.sum().backward()
+        assert clone.fc.weight.grad is not None and net.fc.weight.grad is None
+
+
+def test_containers_rnn_attention_kwargs():
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.LSTM(4, 8, batch_first=True)
+            self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+            self.register_buffer("scale", torch.tensor(0.5))
+
+        def forward(self, x, *, mask=None):
+            h, _ = self.rnn(x)
+            a, _ = self.attn(h, h, h, need_weights=False)
+            return {"out": a * self.scale, "pair": (h, a)}
+
+    for level in ("O2", "O3"):
+        net = auto_mixed_precision(Net(), level, BF16)
+        out = net(torch.randn(2, 5, 4), mask=torch.ones(2))
+        assert out["out"].dtype == F32 and out["pair"][0].dtype == F32
+        out["out"].sum().backward()
+        assert all(p.grad is not None and p.grad.dtype == F32 for p in net.parameters())
+        assert net.scale.dtype == F32
+
+
+def test_float64_is_left_alone():
+    net = auto_mixed_precision(nn.Linear(3, 3).double(), "O3", BF16)
+    assert net(torch.randn(2, 3, dtype=torch.float64)).dtype == torch.float64
+
+
+@pytest.mark.slow
+def test_mnist1d_o2_o3_within_one_point_of_o0():
+    """MNIST-1D's CNN trained at O0, O2 and O3 (bf16 on CPU): same accuracy within 1 point."""
+    mnist1d = pytest.importorskip("mnist1d.data")
+    from lit_amp.amp.build import build_train_network
+    from lit_amp.nets import CNN1D
+
+    d = mnist1d.make_dataset(mnist1d.get_dataset_args())
+    x, y = torch.tensor(d["x"], dtype=F32), torch.tensor(d["y"]).long()
+    xt, yt = torch.tensor(d["x_test"], dtype=F32), torch.tensor(d["y_test"]).long()
+
+    def train(level: str) -> float:
+        torch.manual_seed(0)
+        net = CNN1D()
+        opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+        epochs, bs = 40, 100
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2,
+                                                    total_steps=epochs * len(x) // bs)
+        step = build_train_network(net, opt, nn.CrossEntropyLoss(), level)
+        g = torch.Generator().manual_seed(0)
+        for _ in range(epochs):
+            perm = torch.randperm(len(x), generator=g)
+            for i in range(0, len(x), bs):
+                idx = perm[i : i + bs]
+                step(x[idx], y[idx])
+                sched.step()
+        net.eval()
+        with torch.no_grad():
+            return (net(xt).argmax(1) == yt).float().mean().item() * 100
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small convs: one thread is faster, and robust on a shared box
+    try:
+        acc = {lv: train(lv) for lv in ("O0", "O2", "O3")}
+    finally:
+        torch.set_num_threads(threads)
+    assert acc["O0"] > 85, acc
+    assert abs(acc["O2"] - acc["O0"]) <= 1.0, acc
+    assert abs(acc["O3"] - acc["O0"]) <= 1.0, acc
