@@ -15,8 +15,17 @@ from tests.cli._helpers import compose_cfg, options
 ONLINE = ("mode=online", "model=wide_deep", "data=clicks_stream", "data.num_records=64",
           "data.batch_size=32", "callbacks=none")
 _HAS_TB = importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")
-_HAS_OPTUNA = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None
-_HAS_SUBMITIT = importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
+
+
+def _has(module: str) -> bool:
+    try:  # find_spec of "a.b" raises when the package "a" itself is missing
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+_HAS_OPTUNA = _has("hydra_plugins.hydra_optuna_sweeper")
+_HAS_SUBMITIT = _has("hydra_plugins.hydra_submitit_launcher")
 
 # (group, option) -> extra overrides needed to build it
 _CONTEXT = {
