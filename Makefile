@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(VPY) examples/demo.py
 
 test: $(STAMP)
-	$(VPY) -m pytest -q -x --durations=15 tests
+	$(VPY) -m pytest -q --durations=15 tests
 
 bench: $(STAMP)
 	$(VPY) bench/overhead.py

@@ -37,6 +37,14 @@ _EXPORTS: dict[str, str] = {
     "AmpPrecision": "lit_amp.plugins.amp_precision",
     "RecModel": "lit_amp.rec.rec_model",
     "AutoBoost": "lit_amp.boost.auto_boost",
+    "thor": "lit_amp.thor",
+    "ConvertModelUtils": "lit_amp.thor",
+    "AmpFSDPPrecision": "lit_amp.plugins.fsdp_precision",
+    "OverflowDiagnostics": "lit_amp.amp.diagnostics",
+    "remove_mixed_precision": "lit_amp.amp.mixed_precision",
+    "resolve_amp_config": "lit_amp.amp.config",
+    "apply_amp_config": "lit_amp.amp.config",
+    "AmpConfig": "lit_amp.amp.config",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,485 @@
+"""Layer statistics for THOR: Kronecker factors, their hooks and block-diagonal inverses.
+
+Pure PyTorch. One :class:`LayerFactors` per preconditioned layer (``nn.Linear``, ``nn.Conv1d``,
+``nn.Conv2d``, ``nn.Embedding``) records, while its hooks are installed (second-order steps
+only), the statistics of the layer's input and of the gradient w.r.t. its output:
+
+=============  ==========================================  ====================================
+Layer          A (input factor)                            G (output-gradient factor)
+=============  ==========================================  ====================================
+Linear         ``XᵀX / M``, X the inputs as (M, in) rows   ``n · DᵀD / S²``, D the output
+                                                           gradients as (M, out) rows
+Conv1d/2d      ``PᵀP / M``, P the im2col patches           same, D as (N·L, out) rows
+               (N·L, Cin·k) after the layer's own padding
+Embedding      diagonal: id counts / M                     same, D as (M, dim) rows
+=============  ==========================================  ====================================
+
+``M`` is the number of rows, ``n`` the batch dimension (the leading one) and ``S`` the loss
+scale the backward pass ran with. With a mean-reduced loss ``n·D`` are per-example output
+gradients, so ``A ⊗ G`` estimates the layer's Fisher block exactly as MindSpore's
+``G · batch_size² / loss_scale²`` does for a Dense layer; for convolutions this is the KFC
+normalisation (Grosse & Martens 2016), which keeps the damping meaning the same for every layer
+type (MindSpore rescales the damping of conv layers by ad-hoc normalisers instead).
+
+Statistics are kept per forward call until the optimizer consumes them: a call whose backward
+never ran, or whose statistics are not finite (an overflowing fp16 step that the loss scaler
+skipped), is dropped, so skipped steps never corrupt the factors. Everything is computed in
+float32 whatever the compute dtype.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> lin = nn.Linear(4, 3)
+    >>> lf = LayerFactors(lin, "lin")
+    >>> lf.install()
+    >>> lin(torch.randn(8, 4)).pow(2).mean().backward()
+    >>> a, g = lf.take_pending(grad_scale=1.0)
+    >>> a.shape, g.shape
+    (torch.Size([4, 4]), torch.Size([3, 3]))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "LayerFactors",
+    "SUPPORTED_LAYERS",
+    "is_supported_layer",
+    "invert_factors",
+    "apply_left",
+    "apply_right",
+    "DENSE_APPLY_MAX",
+]
+
+#: Layer types THOR preconditions with Kronecker factors (others get plain momentum SGD).
+SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Embedding)
+
+#: Inverses of factors up to this dimension are stored as one dense (block-diagonal) matrix, so
+#: a first-order step costs two plain matmuls; larger ones keep their (blocks, b, b) form.
+DENSE_APPLY_MAX = 1024
+
+_MAX_RECORDS = 16  # per-layer forward calls kept between two optimizer steps before merging
+
+
+def is_supported_layer(module: nn.Module) -> bool:
+    """Whether THOR can precondition ``module``'s weight with Kronecker factors.
+
+    Linear, Conv1d and Conv2d (``groups == 1``) and dense-gradient Embedding layers whose
+    weight requires grad.
+
+    Example:
+        >>> is_supported_layer(nn.Linear(2, 2)), is_supported_layer(nn.BatchNorm1d(2))
+        (True, False)
+    """
+    if not isinstance(module, SUPPORTED_LAYERS):
+        return False
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, Tensor) or not weight.requires_grad:
+        return False
+    if isinstance(module, (nn.Conv1d, nn.Conv2d)) and module.groups != 1:
+        return False
+    if isinstance(module, nn.Embedding) and module.sparse:
+        return False
+    return True
+
+
+class _Record:
+    """Statistics of one forward call (A part) and of its backward (G part)."""
+
+    __slots__ = ("a", "rows", "n", "g", "need_g")
+
+    def __init__(self, a: Tensor | None, rows: int, n: int, need_g: bool) -> None:
+        self.a = a
+        self.rows = rows
+        self.n = n  # the batch dimension of the call
+        self.g: Tensor | None = None
+        self.need_g = need_g
+
+    @property
+    def done(self) -> bool:
+        return self.g is not None or not self.need_g
+
+
+class LayerFactors:
+    """Kronecker factors, inverses and statistics hooks of one layer.
+
+    Args:
+        module: an ``nn.Linear``, ``nn.Conv1d``, ``nn.Conv2d`` (groups 1) or ``nn.Embedding``.
+        name: the layer's qualified name (for messages and checkpoints).
+        index: the layer's position among the optimizer's preconditioned layers.
+
+    Attributes:
+        A, G: the running factors (float32; ``A`` is a vector for Embedding), or None.
+        A_inv, G_inv: the damped inverses in use: a (d, d) matrix (block-diagonal when the
+            dimension exceeds ``split_dim``), a (blocks, b, b) stack for dimensions above
+            :data:`DENSE_APPLY_MAX`, a vector for Embedding's A; None before the first refresh.
+        trace_ref: the damped traces of A and G when they were last inverted.
+        frozen: per factor, whether the trace rule stopped refreshing it for good.
+
+    Raises:
+        TypeError: ``module`` is not a supported layer.
+    """
+
+    def __init__(self, module: nn.Module, name: str = "", index: int = 0) -> None:
+        if not is_supported_layer(module):
+            raise TypeError(
+                f"LayerFactors: the argument 'module' must be a Linear, Conv1d/Conv2d (groups=1) "
+                f"or dense Embedding layer whose weight requires grad, but got {module!r}."
+            )
+        self.module = module
+        self.name = name
+        self.index = index
+        self.weight: Tensor = module.weight  # type: ignore[assignment]
+        if isinstance(module, nn.Linear):
+            self.kind = "linear"
+            self.a_dim, self.g_dim = module.in_features, module.out_features
+        elif isinstance(module, nn.Embedding):
+            self.kind = "embedding"
+            self.a_dim, self.g_dim = module.num_embeddings, module.embedding_dim
+        else:
+            self.kind = "conv"
+            conv: Any = module
+            self.a_dim = conv.in_channels * math.prod(conv.kernel_size)
+            self.g_dim = conv.out_channels
+        self.A: Tensor | None = None
+        self.G: Tensor | None = None
+        self.A_inv: Tensor | None = None
+        self.G_inv: Tensor | None = None
+        self.trace_ref: list[float | None] = [None, None]
+        self.frozen: list[bool] = [False, False]
+        self._records: list[_Record] = []
+        self._handle: Any = None
+
+    # ------------------------------------------------------------------ hooks
+    @property
+    def installed(self) -> bool:
+        """Whether the statistics hook is registered on the module."""
+        return self._handle is not None
+
+    @property
+    def ready(self) -> bool:
+        """Whether both inverses exist (the layer is preconditioned)."""
+        return self.A_inv is not None and self.G_inv is not None
+
+    def install(self) -> None:
+        """Register the forward hook that records statistics (idempotent)."""
+        if self._handle is None:
+            self._handle = self.module.register_forward_hook(self._forward_hook)
+
+    def remove(self) -> None:
+        """Remove the hook and drop statistics not yet consumed."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        self._records.clear()
+
+    def clear_pending(self) -> None:
+        """Drop the statistics recorded since the last :meth:`take_pending`."""
+        self._records.clear()
+
+    def _forward_hook(self, module: nn.Module, inputs: tuple, output: Any) -> None:
+        if not module.training or not torch.is_grad_enabled():
+            return
+        if not isinstance(output, Tensor) or not output.requires_grad or not inputs:
+            return
+        x = inputs[0]
+        if not isinstance(x, Tensor):
+            return
+        with torch.no_grad():
+            a, rows = (None, 0) if self.frozen[0] else self._a_stat(x.detach())
+        rec = _Record(a, rows, self._batch_dim(x), not self.frozen[1])
+        records = self._records
+        if len(records) >= _MAX_RECORDS:
+            self._merge_oldest()
+        records.append(rec)
+        if rec.need_g:
+            output.register_hook(lambda grad, rec=rec: self._grad_hook(grad, rec))
+
+    def _batch_dim(self, x: Tensor) -> int:
+        """The batch size of a call (1 for an unbatched input)."""
+        if self.kind == "conv":
+            batched = x.dim() == (3 if isinstance(self.module, nn.Conv1d) else 4)
+        else:
+            batched = x.dim() >= (2 if self.kind == "linear" else 1)
+        return x.shape[0] if batched else 1
+
+    def _grad_hook(self, grad: Tensor, rec: _Record) -> None:
+        with torch.no_grad():
+            d = grad.detach()
+            if self.kind == "conv":
+                d = d.movedim(1, -1) if d.dim() > 2 else d.unsqueeze(0).movedim(1, -1)
+            d = d.reshape(-1, self.g_dim).float()
+            g = d.t() @ d
+            rec.g = g if rec.g is None else rec.g + g  # the gradient may arrive in pieces
+        return None
+
+    def _merge_oldest(self) -> None:
+        r0, r1 = self._records[0], self._records[1]
+        if not (r0.done and r1.done):
+            self._records.pop(0 if not r0.done else 1)  # a forward without backward
+            return
+        a = None if r0.a is None or r1.a is None else r0.a + r1.a
+        merged = _Record(a, r0.rows + r1.rows, r0.n + r1.n, r0.need_g)
+        merged.g = None if r0.g is None or r1.g is None else r0.g + r1.g
+        self._records[0:2] = [merged]
+
+    # ------------------------------------------------------------ statistics
+    def _a_stat(self, x: Tensor) -> tuple[Tensor, int]:
+        """(sum of input outer products — a vector of id counts for Embedding, rows)."""
+        if self.kind == "embedding":
+            ids = x.reshape(-1)
+            return torch.bincount(ids, minlength=self.a_dim).float(), ids.numel()
+        if self.kind == "linear":
+            rows = x.reshape(-1, self.a_dim).float()
+        else:
+            rows = conv_patches(self.module, x).float()
+        return rows.t() @ rows, rows.shape[0]
+
+    def take_pending(self, grad_scale: float = 1.0) -> tuple[Tensor | None, Tensor | None]:
+        """Consume the recorded statistics: ``(A_batch, G_batch)`` (None where nothing valid).
+
+        Drops calls whose backward did not run and, when several calls were recorded, those
+        with non-finite statistics (an overflowing step the loss scaler skipped). A single
+        call's statistics are returned as they are (the optimizer checks all layers with one
+        host sync and ignores non-finite ones).
+
+        Args:
+            grad_scale: the loss scale the backward passes ran with (G is divided by its
+                square).
+        """
+        records = [r for r in self._records if r.done]
+        self._records.clear()
+        if len(records) > 1:  # several calls (a skipped overflow step, accumulation): check each
+            flags = torch.stack(
+                [
+                    torch.stack(
+                        [torch.isfinite(t).all() for t in (r.a, r.g) if t is not None]
+                    ).all()
+                    for r in records
+                ]
+            ).tolist()
+            records = [r for r, ok in zip(records, flags) if ok]
+        if not records:
+            return None, None
+        a = g = None
+        if not self.frozen[0]:
+            rows = sum(r.rows for r in records)
+            a_sum = records[0].a
+            for r in records[1:]:
+                a_sum = a_sum + r.a
+            a = a_sum / rows if rows else None
+        if not self.frozen[1]:
+            n = sum(r.n for r in records)
+            g_sum = records[0].g
+            for r in records[1:]:
+                g_sum = g_sum + r.g
+            g = g_sum * (n / (grad_scale * grad_scale))
+        return a, g
+
+    # -------------------------------------------------------------- applying
+    def precondition(self, grad: Tensor) -> Tensor:
+        """``G⁻¹ · g · A⁻¹`` (Embedding: ``diag(A⁻¹) · g · G⁻¹``) in the gradient's shape."""
+        a_inv, g_inv = self.A_inv, self.G_inv
+        assert a_inv is not None and g_inv is not None
+        dtype = grad.dtype
+        g = grad if dtype == torch.float32 else grad.float()
+        if self.kind == "embedding":
+            out = apply_right(g * a_inv.unsqueeze(1), g_inv)
+        else:
+            g2 = g.reshape(g.shape[0], -1)
+            out = apply_right(apply_left(g_inv, g2), a_inv).view(grad.shape)
+        return out if dtype == torch.float32 else out.to(dtype)
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Factors, inverses, trace references and frozen flags (for checkpoints)."""
+        return {
+            "name": self.name,
+            "A": self.A,
+            "G": self.G,
+            "A_inv": self.A_inv,
+            "G_inv": self.G_inv,
+            "trace_ref": list(self.trace_ref),
+            "frozen": list(self.frozen),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`; tensors move to the weight's device."""
+        dev = self.weight.device
+
+        def to(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device=dev, dtype=torch.float32)
+
+        self.A, self.G = to(state["A"]), to(state["G"])
+        self.A_inv, self.G_inv = to(state["A_inv"]), to(state["G_inv"])
+        self.trace_ref = list(state.get("trace_ref", [None, None]))
+        self.frozen = [bool(f) for f in state.get("frozen", [False, False])]
+        self._records.clear()
+
+    def __repr__(self) -> str:
+        return (
+            f"LayerFactors({self.name or type(self.module).__name__}, kind={self.kind}, "
+            f"A={self.a_dim}, G={self.g_dim}, ready={self.ready})"
+        )
+
+
+def conv_patches(module: nn.Module, x: Tensor) -> Tensor:
+    """im2col patches of a Conv1d/Conv2d input as (N·L, Cin·k) rows, in the weight's order.
+
+    Applies the layer's own padding (any ``padding`` / ``padding_mode``), stride and dilation.
+
+    Example:
+        >>> conv = nn.Conv1d(2, 3, 3, padding=1)
+        >>> conv_patches(conv, torch.randn(4, 2, 10)).shape
+        torch.Size([40, 6])
+    """
+    conv: Any = module
+    one_d = isinstance(module, nn.Conv1d)
+    spatial = 1 if one_d else 2
+    if x.dim() == spatial + 1:  # unbatched input
+        x = x.unsqueeze(0)
+    pads = list(conv._reversed_padding_repeated_twice)
+    if any(pads):
+        mode = "constant" if conv.padding_mode == "zeros" else conv.padding_mode
+        x = F.pad(x, pads, mode=mode)
+    if one_d:
+        x = x.unsqueeze(2)
+        kernel, stride, dilation = (1, *conv.kernel_size), (1, *conv.stride), (1, *conv.dilation)
+    else:
+        kernel, stride, dilation = conv.kernel_size, conv.stride, conv.dilation
+    cols = F.unfold(x, kernel_size=kernel, dilation=dilation, stride=stride)  # (N, C·k, L)
+    return cols.transpose(1, 2).reshape(-1, cols.shape[1])
+
+
+# --------------------------------------------------------------------------- inverses
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _blocks(mat: Tensor, sqrt_damping: float, split_dim: int | None) -> tuple[Tensor, int]:
+    """Damped diagonal blocks (nb, b, b) of ``mat`` padded with identity, and the dim d."""
+    d = mat.shape[0]
+    damped = mat + sqrt_damping * torch.eye(d, device=mat.device, dtype=mat.dtype)
+    if split_dim is None or d <= split_dim:
+        return damped.unsqueeze(0), d
+    b = split_dim
+    nb = -(-d // b)
+    padded = torch.eye(nb * b, device=mat.device, dtype=mat.dtype)
+    padded[:d, :d] = damped
+    idx = torch.arange(nb, device=mat.device)
+    blocks = padded.view(nb, b, nb, b)[idx, :, idx, :]
+    return blocks, d
+
+
+def invert_factors(
+    mats: Sequence[Tensor], sqrt_damping: float, split_dim: int | None
+) -> list[Tensor]:
+    """Invert ``mat + sqrt_damping·I`` for each matrix, block-diagonally, by Cholesky in fp32.
+
+    Each matrix larger than ``split_dim`` is cut into ``split_dim``-sized diagonal blocks (the
+    last one padded with identity, as MindSpore does) whose inverses form a block-diagonal
+    approximation of the true inverse; ``split_dim=None`` inverts whole matrices. All blocks of
+    all matrices are inverted in a few batched calls (blocks padded with identity to a common
+    power-of-two size, which leaves their inverses unchanged). A block that is not positive
+    definite in fp32 is retried with growing jitter.
+
+    Returns:
+        Per matrix, a (d, d) inverse when ``d <= DENSE_APPLY_MAX`` (block-diagonal when split),
+        else a (blocks, b, b) stack for :func:`apply_left` / :func:`apply_right`.
+
+    Example:
+        >>> m = torch.eye(3) * 3.0
+        >>> invert_factors([m], 1.0, 128)[0].diagonal()
+        tensor([0.2500, 0.2500, 0.2500])
+    """
+    if not mats:
+        return []
+    per_mat: list[tuple[Tensor, int]] = [_blocks(m.float(), sqrt_damping, split_dim) for m in mats]
+    buckets: dict[int, list[tuple[int, int]]] = {}  # size -> [(matrix index, block index)]
+    for i, (blocks, _) in enumerate(per_mat):
+        b = blocks.shape[-1]
+        size = b if split_dim is None else min(_next_pow2(b), max(split_dim, b))
+        for j in range(blocks.shape[0]):
+            buckets.setdefault(size, []).append((i, j))
+    inv_blocks: list[list[Tensor | None]] = [[None] * bl.shape[0] for bl, _ in per_mat]
+    for size, members in buckets.items():
+        device = per_mat[members[0][0]][0].device
+        batch = torch.eye(size, device=device).repeat(len(members), 1, 1)
+        for k, (i, j) in enumerate(members):
+            blk = per_mat[i][0][j]
+            b = blk.shape[-1]
+            batch[k, :b, :b] = blk
+        inv = _cholesky_inverse(batch)
+        for k, (i, j) in enumerate(members):
+            b = per_mat[i][0].shape[-1]
+            inv_blocks[i][j] = inv[k, :b, :b]
+    out: list[Tensor] = []
+    for (_, d), invs in zip(per_mat, inv_blocks):
+        stack = torch.stack(invs)  # type: ignore[arg-type]
+        if stack.shape[0] == 1:
+            out.append(stack[0])
+        elif d <= DENSE_APPLY_MAX:
+            out.append(torch.block_diag(*stack.unbind(0))[:d, :d].contiguous())
+        else:
+            out.append(stack.contiguous())
+    return out
+
+
+def _cholesky_inverse(batch: Tensor) -> Tensor:
+    chol, info = torch.linalg.cholesky_ex(batch)
+    bad = info != 0
+    if bool(bad.any()):
+        eye = torch.eye(batch.shape[-1], device=batch.device, dtype=batch.dtype)
+        scale = batch.diagonal(dim1=-2, dim2=-1).abs().mean(-1).clamp_min(1e-12)
+        jitter = 1e-6
+        while bool(bad.any()) and jitter <= 1e2:
+            fixed = batch[bad] + (jitter * scale[bad])[:, None, None] * eye
+            c, inf = torch.linalg.cholesky_ex(fixed)
+            chol[bad] = c
+            still = torch.zeros_like(bad)
+            still[bad] = inf != 0
+            bad = still
+            jitter *= 10
+        if bool(bad.any()):
+            chol[bad] = eye  # give up on these blocks: identity (plain gradient)
+    return torch.cholesky_inverse(chol)
+
+
+def apply_left(inv: Tensor, g: Tensor) -> Tensor:
+    """``inv @ g`` for a dense inverse or a (blocks, b, b) block-diagonal stack.
+
+    Example:
+        >>> apply_left(torch.eye(2) * 2, torch.ones(2, 3)).sum().item()
+        12.0
+    """
+    if inv.dim() == 2:
+        return inv @ g
+    nb, b, _ = inv.shape
+    d = g.shape[0]
+    pad = nb * b - d
+    gp = F.pad(g, (0, 0, 0, pad)) if pad else g
+    return torch.bmm(inv, gp.reshape(nb, b, -1)).reshape(nb * b, -1)[:d]
+
+
+def apply_right(g: Tensor, inv: Tensor) -> Tensor:
+    """``g @ inv`` for a dense inverse or a (blocks, b, b) block-diagonal stack.
+
+    Example:
+        >>> apply_right(torch.ones(3, 2), torch.eye(2) * 2).sum().item()
+        12.0
+    """
+    if inv.dim() == 2:
+        return g @ inv
+    nb, b, _ = inv.shape
+    m, d = g.shape
+    pad = nb * b - d
+    gp = F.pad(g, (0, pad)) if pad else g
+    out = torch.bmm(gp.reshape(m, nb, b).transpose(0, 1), inv)  # (nb, m, b)
+    return out.transpose(0, 1).reshape(m, nb * b)[:, :d]
