@@ -84,7 +84,7 @@ def plain_lightning(loader) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args()
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
