@@ -9,8 +9,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lit_amp._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -50,14 +49,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lit_amp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
