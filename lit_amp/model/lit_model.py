@@ -415,6 +415,10 @@ class LitModel(L.LightningModule):
             out = self.train_one_step(batch)
         if self.log_train_loss and torch.is_tensor(out.get("loss")):
             self.log("loss", out["loss"].float(), prog_bar=True, on_step=True, on_epoch=False)
+            if self.loss_scale is not None and self.loss_scale.enabled:
+                self.log("loss_scale", float(self.loss_scale.scale), on_step=True, on_epoch=False)
+                self.log("skipped_steps", float(self.loss_scale.skipped_steps), on_step=True,
+                         on_epoch=False)
         return out
 
     # ------------------------------------------------------------------ evaluation

@@ -145,3 +145,31 @@ def test_loss_scale_state_travels_with_checkpoints_and_backups(tmp_path):
     out_cb = Outputs()
     model2.train(3, make_batches(4), callbacks=[BackupAndRestore(str(tmp_path / "bk")), out_cb])
     assert [float(o[2]) for o in out_cb.outs] == [64.0, 64.0, 128.0, 128.0]
+
+
+def test_loss_scale_and_skipped_steps_reach_the_logger(tmp_path):
+    import lightning as L
+
+    from lit_amp import LitModel
+
+    net = _net()
+    poison = {"i": 0}
+
+    def inject(grad):
+        poison["i"] += 1
+        return grad * float("inf") if poison["i"] == 2 else grad
+
+    net[3].weight.register_hook(inject)
+    lit = LitModel(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=0.1),
+                   amp_level="O2", loss_scale_manager=DynamicLossScaleManager(init_loss_scale=64.0))
+    logger = L.pytorch.loggers.CSVLogger(str(tmp_path))
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=logger, log_every_n_steps=1,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    xs, ys = zip(*make_batches(4))
+    trainer.fit(lit, torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.cat(xs), torch.cat(ys)), batch_size=16))
+    assert float(trainer.callback_metrics["skipped_steps"]) == 1.0
+    assert float(trainer.callback_metrics["loss_scale"]) == 32.0
+    text = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text()
+    assert "loss_scale" in text.splitlines()[0] and "skipped_steps" in text.splitlines()[0]
