@@ -23,8 +23,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m pytest -q --durations=15 tests
 
+# every benchmark, one after the other (about 30 min on 2 idle cores); results land in
+# bench/results/ and docs/benchmarks.md
 bench: $(STAMP)
 	$(VPY) bench/overhead.py
+	$(VPY) bench/loss_scale.py
+	$(VPY) bench/amp_levels.py
+	$(VPY) bench/online.py
+	$(VPY) bench/boost.py
+	$(VPY) bench/thor.py
 
 lint: $(STAMP)
 	$(VPY) -m ruff check lit_amp tests bench examples
