@@ -193,3 +193,22 @@ def monitor_value(owner: str, monitor: str, cb_params: dict) -> float | None:
 def available_monitors(cb_params: dict) -> list[str]:
     """The monitor names available now: "loss" plus the keys of ``eval_results``."""
     return ["loss", *sorted((cb_params.get("eval_results") or {}).keys())]
+
+
+class ImprovementMixin:
+    """``best``-tracking shared by EarlyStopping and ReduceLROnPlateau.
+
+    Needs ``self._min_mode`` (from :func:`is_min_mode`) and ``self.min_delta``.
+    """
+
+    _min_mode: bool
+    min_delta: float
+
+    def _initial_best(self) -> float:
+        return math.inf if self._min_mode else -math.inf
+
+    def is_improvement(self, current: float, reference: float) -> bool:
+        """Whether ``current`` improves on ``reference`` by more than ``min_delta``."""
+        if self._min_mode:
+            return current < reference - self.min_delta
+        return current > reference + self.min_delta

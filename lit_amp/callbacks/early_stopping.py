@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from lit_amp.callbacks._builtin_utils import (
+    ImprovementMixin,
     available_monitors,
     check_bool,
     check_int,
@@ -25,7 +26,7 @@ __all__ = ["EarlyStopping"]
 log = logging.getLogger(__name__)
 
 
-class EarlyStopping(Callback):
+class EarlyStopping(ImprovementMixin, Callback):
     """Stop training when the monitored value has not improved for ``patience`` epochs.
 
     Runs at each train epoch end. ``monitor="loss"`` reads the training loss of the last step
@@ -106,15 +107,6 @@ class EarlyStopping(Callback):
         self.best = self._initial_best()
         self.best_weights: dict[str, Any] | None = None
         self._restored = False
-
-    def _initial_best(self) -> float:
-        return math.inf if self._min_mode else -math.inf
-
-    def is_improvement(self, current: float, reference: float) -> bool:
-        """Whether ``current`` improves on ``reference`` by more than ``min_delta``."""
-        if self._min_mode:
-            return current < reference - self.min_delta
-        return current > reference + self.min_delta
 
     def on_train_begin(self, run_context: RunContext | None) -> None:
         """Reset the counters, the best value and the weight snapshot."""

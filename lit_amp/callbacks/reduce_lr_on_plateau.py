@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import torch
 
 from lit_amp.callbacks._builtin_utils import (
+    ImprovementMixin,
     available_monitors,
     check_bool,
     check_int,
@@ -38,7 +38,7 @@ def _set_lr(group: dict, value: float) -> None:
         group["lr"] = value
 
 
-class ReduceLROnPlateau(Callback):
+class ReduceLROnPlateau(ImprovementMixin, Callback):
     """Multiply the learning rate by ``factor`` when the monitored value stops improving.
 
     Runs at each train epoch end, reading the monitor like :class:`EarlyStopping` ("loss" from
@@ -122,15 +122,6 @@ class ReduceLROnPlateau(Callback):
         self.cooldown_counter = 0
         self.wait = 0
         self.best = self._initial_best()
-
-    def _initial_best(self) -> float:
-        return math.inf if self._min_mode else -math.inf
-
-    def is_improvement(self, current: float, reference: float) -> bool:
-        """Whether ``current`` improves on ``reference`` by more than ``min_delta``."""
-        if self._min_mode:
-            return current < reference - self.min_delta
-        return current > reference + self.min_delta
 
     def on_train_begin(self, run_context: RunContext | None) -> None:
         """Reset the counters and the best value."""
