@@ -89,9 +89,13 @@ class _Server:
         self.thread.start()
 
     def _serve(self) -> None:
-        try:
-            while True:
+        while True:
+            try:
                 conn, _ = self.sock.accept()
+            except OSError:  # the listening socket was closed
+                return
+            # a client that hangs up mid-stream (the first one does) ends only its connection
+            try:
                 with conn:
                     conn.settimeout(10)
                     hello = b""
@@ -101,8 +105,8 @@ class _Server:
                     self.hellos.append({"resume_from": start})
                     for i in range(start, self.n):
                         conn.sendall(b"{broken\n" if i in self.bad else _record(i))
-        except (OSError, ValueError):
-            return
+            except (OSError, ValueError):
+                continue
 
     def close(self) -> None:
         self.sock.close()
