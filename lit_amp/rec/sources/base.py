@@ -59,6 +59,34 @@ def resolve_shard(rank: int | None = None, world_size: int | None = None) -> tup
     return rank * info.num_workers + info.id, world_size * info.num_workers
 
 
+def check_source_args(
+    owner: str, batch_size: Any, seconds: tuple[tuple[str, Any, bool], ...]
+) -> None:
+    """The argument checks every source shares: a positive int batch size and durations.
+
+    Args:
+        owner: the class name, for the message.
+        batch_size: must be a positive int.
+        seconds: ``(name, value, allow_none)`` triples; each value a number >= 0 (or None).
+
+    Raises:
+        ValueError: naming the argument, the value and what is allowed.
+    """
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+        raise ValueError(
+            f"For '{owner}', the argument 'batch_size' must be a positive int, but got "
+            f"{batch_size!r}."
+        )
+    for name, v, allow_none in seconds:
+        if v is None and allow_none:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ValueError(
+                f"For '{owner}', the argument '{name}' must be a number of seconds >= 0"
+                f"{' or None' if allow_none else ''}, but got {v!r}."
+            )
+
+
 class DeadLetterFile:
     """Append-only JSON-lines file of malformed records, with their position in the stream.
 

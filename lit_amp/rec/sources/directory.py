@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lit_amp.rec.sources.base import StreamSource, resolve_shard
+from lit_amp.rec.sources.base import StreamSource, check_source_args, resolve_shard
 from lit_amp.rec.sources.schema import ClickSchema, Columns
 
 __all__ = ["DirectorySource", "write_shard", "shard_of"]
@@ -197,23 +197,15 @@ class DirectorySource(StreamSource):
             name="DirectorySource",
         )
         owner = "DirectorySource"
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ValueError(
-                f"For '{owner}', the argument 'batch_size' must be a positive int, but got "
-                f"{batch_size!r}."
-            )
-        for name, v, allow_none in (
-            ("poll_interval", poll_interval, False),
-            ("max_idle_s", max_idle_s, True),
-            ("linger_s", linger_s, True),
-        ):
-            if v is None and allow_none:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(
-                    f"For '{owner}', the argument '{name}' must be a number of seconds >= 0"
-                    f"{' or None' if allow_none else ''}, but got {v!r}."
-                )
+        check_source_args(
+            owner,
+            batch_size,
+            (
+                ("poll_interval", poll_interval, False),
+                ("max_idle_s", max_idle_s, True),
+                ("linger_s", linger_s, True),
+            ),
+        )
         bad = [s for s in suffixes if s not in _FORMATS]
         if not suffixes or bad:
             raise ValueError(

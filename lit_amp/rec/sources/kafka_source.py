@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from lit_amp.rec.sources.base import StreamSource, resolve_shard
+from lit_amp.rec.sources.base import StreamSource, check_source_args, resolve_shard
 from lit_amp.rec.sources.schema import ClickSchema
 
 __all__ = ["KafkaSource", "TopicPartition", "kafka_consumer_factory"]
@@ -125,23 +125,15 @@ class KafkaSource(StreamSource):
             raise ValueError(
                 f"For '{owner}', the argument 'topic' must be a non-empty str, but got {topic!r}."
             )
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ValueError(
-                f"For '{owner}', the argument 'batch_size' must be a positive int, but got "
-                f"{batch_size!r}."
-            )
-        for name, v, allow_none in (
-            ("poll_timeout_s", poll_timeout_s, False),
-            ("max_idle_s", max_idle_s, True),
-            ("linger_s", linger_s, True),
-        ):
-            if v is None and allow_none:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(
-                    f"For '{owner}', the argument '{name}' must be a number of seconds >= 0"
-                    f"{' or None' if allow_none else ''}, but got {v!r}."
-                )
+        check_source_args(
+            owner,
+            batch_size,
+            (
+                ("poll_timeout_s", poll_timeout_s, False),
+                ("max_idle_s", max_idle_s, True),
+                ("linger_s", linger_s, True),
+            ),
+        )
         if consumer_factory is not None and consumer_config:
             raise ValueError(
                 f"For '{owner}', pass either 'consumer_factory' or consumer options "

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from lit_amp.rec.sources.base import StreamSource
+from lit_amp.rec.sources.base import StreamSource, check_source_args
 from lit_amp.rec.sources.schema import ClickSchema
 
 __all__ = ["SocketSource"]
@@ -73,24 +73,16 @@ class SocketSource(StreamSource):
                 f"For '{owner}', the argument 'port' must be an int in [1, 65535], but got "
                 f"{port!r}."
             )
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ValueError(
-                f"For '{owner}', the argument 'batch_size' must be a positive int, but got "
-                f"{batch_size!r}."
-            )
-        for name, v, allow_none in (
-            ("connect_timeout", connect_timeout, False),
-            ("poll_interval", poll_interval, False),
-            ("max_idle_s", max_idle_s, True),
-            ("linger_s", linger_s, True),
-        ):
-            if v is None and allow_none:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(
-                    f"For '{owner}', the argument '{name}' must be a number of seconds >= 0"
-                    f"{' or None' if allow_none else ''}, but got {v!r}."
-                )
+        check_source_args(
+            owner,
+            batch_size,
+            (
+                ("connect_timeout", connect_timeout, False),
+                ("poll_interval", poll_interval, False),
+                ("max_idle_s", max_idle_s, True),
+                ("linger_s", linger_s, True),
+            ),
+        )
         self.host, self.port = host, port
         self.batch_size = batch_size
         self.schema = schema if schema is not None else ClickSchema()
