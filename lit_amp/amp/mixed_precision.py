@@ -39,6 +39,13 @@ has received a gradient since (which covers fused optimizers that do not bump th
 counter). Writes through ``param.data`` bypass all three: call
 :func:`invalidate_cast_cache` after them, or convert with ``cache_casts=False``.
 
+On CPU, where every fresh tensor the size of a large weight is mapped anew by the allocator
+(page faults cost several times the arithmetic of a cast), the gradients of cached weights
+are written into reused buffers: the float32 gradient handed to the parameter, and for
+``nn.Linear`` (whose ``forward`` a conversion replaces by :class:`_LowLinear`, same arithmetic as
+``F.linear``) the low-precision weight gradient too. A buffer is reused only while nothing else
+holds it, so a ``.grad`` kept across steps is never overwritten.
+
 Example:
     >>> import torch
     >>> from torch import nn
@@ -53,6 +60,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import warnings
@@ -212,16 +220,50 @@ def _first_tensor(obj: Any) -> torch.Tensor | None:
 
 
 class _CachedCast(torch.autograd.Function):
-    """Identity onto a cached low-precision copy; the gradient is cast back to the param dtype."""
+    """Identity onto a cached low-precision copy; the gradient is cast back to the param dtype.
+
+    On CPU the float32 gradient is written into a storage pooled in the cache entry instead of
+    a fresh allocation: a fresh tensor the size of a large weight is mapped anew at every step
+    (page faults cost ~6x the cast itself). The pool is reused only when nothing else holds it
+    (storage use count), so a ``.grad`` kept across steps (accumulation without zeroing, or a
+    user's reference) is never overwritten: a new pool is allocated instead.
+    """
 
     @staticmethod
-    def forward(ctx: Any, param: torch.Tensor, low: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, param: torch.Tensor, low: torch.Tensor, entry: Any) -> torch.Tensor:  # type: ignore[override]
         ctx.param_dtype = param.dtype
+        ctx.entry = entry
         return low.view_as(low)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        return grad.to(ctx.param_dtype), None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        entry = ctx.entry
+        if entry is None or grad.device.type != "cpu" or grad.layout != torch.strided:
+            return grad.to(ctx.param_dtype), None, None
+        return _pooled_cast(entry, grad, ctx.param_dtype), None, None
+
+
+def _storage_free(storage: Any) -> bool:
+    return torch._C._storage_Use_Count(storage._cdata) == 1
+
+
+def _pooled_cast(entry: _CacheEntry, grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``grad.to(dtype)`` written into ``entry``'s pooled storage (contiguous)."""
+    nbytes = grad.numel() * torch.empty((), dtype=dtype).element_size()
+    pool = entry.grad_pool
+    if pool is None or pool.nbytes() != nbytes or not _storage_free(pool):
+        pool = entry.grad_pool = torch.empty(grad.shape, dtype=dtype).untyped_storage()
+    out = torch.empty(0, dtype=dtype).set_(pool, 0, grad.shape, _contiguous_strides(grad.shape))
+    out.copy_(grad)
+    return out
+
+
+def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def _count_grad(p: torch.Tensor) -> None:
@@ -229,6 +271,62 @@ def _count_grad(p: torch.Tensor) -> None:
     # its cached low copy is refreshed at the next forward (fused optimizers do not bump
     # ``_version``).
     p.__dict__["_lit_amp_grads"] = p.__dict__.get("_lit_amp_grads", 0) + 1
+
+
+class _LowLinear(torch.autograd.Function):
+    """``F.linear`` on a cached low-precision weight whose weight gradient never touches fresh
+    memory (CPU): ``grad_out.T @ x`` is computed into a pooled low-precision buffer and cast into
+    the pooled float32 gradient. The float32 parameter is an input, so its ``AccumulateGrad``
+    (and DDP's hooks on it) run as usual."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, low: torch.Tensor,  # type: ignore[override]
+                bias: torch.Tensor | None, entry: Any) -> torch.Tensor:
+        ctx.entry = entry
+        ctx.param_dtype = weight.dtype
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x, low)
+        return torch.nn.functional.linear(x, low, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        x, low = ctx.saved_tensors
+        gx = gw = gb = None
+        g2 = grad.reshape(-1, grad.shape[-1])
+        if ctx.needs_input_grad[0]:
+            gx = grad.matmul(low)
+        if ctx.needs_input_grad[1]:
+            entry = ctx.entry
+            pool = entry.low_grad_pool
+            nbytes = low.numel() * low.element_size()
+            if pool is None or pool.nbytes() != nbytes or not _storage_free(pool):
+                pool = entry.low_grad_pool = torch.empty(low.shape, dtype=low.dtype).untyped_storage()
+            buf = torch.empty(0, dtype=low.dtype).set_(pool, 0, low.shape, _contiguous_strides(low.shape))
+            torch.mm(g2.t(), x.reshape(-1, x.shape[-1]), out=buf)
+            gw = _pooled_cast(entry, buf, ctx.param_dtype)
+            del buf
+        if ctx.has_bias and ctx.needs_input_grad[3]:
+            gb = g2.sum(0)
+        return gx, gw, None, gb, None
+
+
+def _linear_forward(self: nn.Linear, input: torch.Tensor) -> torch.Tensor:
+    """``forward`` of a converted ``nn.Linear``: the pooled path when its weight is cached."""
+    w = self.weight
+    entry = getattr(w, "_lit_amp_entry", None)
+    if (
+        entry is None
+        or input.dtype != w.dtype
+        or input.dim() < 2
+        or not torch.is_grad_enabled()
+        or torch.is_autocast_enabled("cpu")
+    ):
+        return nn.Linear.forward(self, input)
+    param = entry.ref()
+    if param is None:
+        return nn.Linear.forward(self, input)
+    return _LowLinear.apply(input, param, entry.low, self.bias, entry)
 
 
 class _CastCache(dict):
@@ -242,12 +340,14 @@ class _CastCache(dict):
 
 
 class _CacheEntry:
-    __slots__ = ("ref", "key", "low")
+    __slots__ = ("ref", "key", "low", "grad_pool", "low_grad_pool")
 
     def __init__(self, ref: weakref.ref, key: tuple, low: torch.Tensor) -> None:
         self.ref = ref
         self.key = key
         self.low = low
+        self.grad_pool: Any = None  # UntypedStorage reused for the float32 gradient (CPU)
+        self.low_grad_pool: Any = None  # ... and for the low-precision one (nn.Linear, CPU)
 
 
 #: Parameters with fewer elements are cast with a plain ``.to()`` (cheaper than the cache's
@@ -279,7 +379,10 @@ def _cast_param(owner: nn.Module, name: str, p: torch.Tensor, dtype: torch.dtype
         with torch.no_grad():
             entry.low.copy_(p.detach())
         entry.key = key
-    return _CachedCast.apply(p, entry.low)
+    low_view = _CachedCast.apply(p, entry.low, entry)
+    if p.device.type == "cpu":
+        low_view._lit_amp_entry = entry  # lets a converted nn.Linear take the pooled path
+    return low_view
 
 
 def invalidate_cast_cache(network: nn.Module) -> None:
@@ -620,6 +723,8 @@ def _remove_hooks(network: nn.Module) -> bool:
             for fr in reversed(frames):
                 _swap_out(fr)
         m.__dict__.pop("_amp_cast_cache", None)
+        if m.__dict__.pop("_amp_forward", False):
+            m.__dict__.pop("forward", None)
     for attr in ("_amp_level", "_amp_state", "_amp_dtype", "_amp_custom"):
         network.__dict__.pop(attr, None)
     return removed
@@ -688,6 +793,9 @@ def _convert(
         if post.pops_frame or post.out_dtype is not None:
             handles.append(m.register_forward_hook(post, always_call=post.pops_frame))
         m.__dict__["_amp_handles"] = handles
+        if role == _LOW and type(m) is nn.Linear and cache_casts and "forward" not in m.__dict__:
+            m.forward = functools.partial(_linear_forward, m)  # see _LowLinear (picklable)
+            m.__dict__["_amp_forward"] = True
     if network not in roles or "_amp_handles" not in network.__dict__:
         network.__dict__["_amp_handles"] = []
     network._amp_level = level_tag

@@ -431,3 +431,76 @@ def test_mnist1d_o2_o3_within_one_point_of_o0():
     assert acc["O0"] > 85, acc
     assert abs(acc["O2"] - acc["O0"]) <= 1.0, acc
     assert abs(acc["O3"] - acc["O0"]) <= 1.0, acc
+
+
+def test_float32_gradients_reuse_a_pooled_buffer_without_clobbering_held_grads(monkeypatch):
+    """On CPU the fp32 gradient of a cached weight is written into a reused buffer (no fresh
+    large allocation per step), but never into one somebody still holds."""
+    monkeypatch.setattr(mp, "CACHE_MIN_NUMEL", 0)
+    torch.manual_seed(0)
+    ref, net = nn.Linear(8, 8), nn.Linear(8, 8)
+    net.load_state_dict(ref.state_dict())
+    auto_mixed_precision(net, "O2", BF16)
+    auto_mixed_precision(ref, "O2", BF16, cache_casts=False)
+    x1, x2 = torch.randn(4, 8), torch.randn(4, 8)
+
+    # steady state: after set_to_none, the next gradient lands in the same storage
+    net(x1).sum().backward()
+    first_ptr = net.weight.grad.data_ptr()
+    held = net.weight.grad  # a user keeps a reference across the next backward
+    held_copy = held.clone()
+    net.weight.grad = None
+    net(x2).sum().backward()
+    assert torch.equal(held, held_copy)  # the held tensor was not overwritten
+    assert net.weight.grad.data_ptr() != first_ptr
+    del held
+    net.weight.grad = None
+    net(x2).sum().backward()
+    ptr = net.weight.grad.data_ptr()
+    net.weight.grad = None
+    net(x1).sum().backward()
+    assert net.weight.grad.data_ptr() == ptr  # reused: no fresh allocation
+
+    # accumulation without zeroing sums exactly like the uncached conversion
+    net.weight.grad = None
+    for m in (net, ref):
+        m(x1).sum().backward()
+        m(x2).sum().backward()
+    assert torch.equal(net.weight.grad, ref.weight.grad)
+    assert net.weight.grad.dtype == F32 and net.weight.grad.is_contiguous()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_converted_linear_matches_plain_autograd_bit_for_bit(monkeypatch, bias):
+    """A cached nn.Linear takes lit_amp's own backward (weight gradient into reused buffers);
+    every gradient equals the one of PyTorch's own linear on the same low-precision copies."""
+    monkeypatch.setattr(mp, "CACHE_MIN_NUMEL", 0)
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16, bias=bias), nn.Tanh(), nn.Linear(16, 4, bias=bias))
+    net = copy.deepcopy(ref)
+    auto_mixed_precision(net, "O2", BF16)
+    auto_mixed_precision(ref, "O2", BF16, cache_casts=False)
+    assert "forward" in net[0].__dict__ and "forward" not in ref[0].__dict__
+    x = torch.randn(5, 3, 8)  # a batch of sequences: leading dims are flattened
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    ptrs = None
+    for step in range(2):
+        for m, xi in zip((net, ref), xs):
+            m.zero_grad(set_to_none=True)
+            xi.grad = None
+            m(xi).square().sum().backward()
+        for a, b in zip(net.parameters(), ref.parameters()):
+            assert torch.equal(a.grad, b.grad) and a.grad.dtype == F32
+        assert torch.equal(xs[0].grad, xs[1].grad)
+        now = [p.grad.data_ptr() for p in net.parameters() if p.dim() == 2]
+        if ptrs is not None:
+            assert now == ptrs  # the weight gradients reused their buffers
+        ptrs = now
+    # a frozen weight gets no gradient; the input still does
+    net[0].weight.requires_grad_(False)
+    net[0].weight.grad = None
+    net(xs[0]).sum().backward()
+    assert net[0].weight.grad is None and net[2].weight.grad is not None
+    # undoing the conversion restores nn.Linear's own forward
+    remove_mixed_precision(net)
+    assert "forward" not in net[0].__dict__
