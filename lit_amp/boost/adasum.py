@@ -21,8 +21,12 @@ makes it usable — and testable — with 2 CPU processes. Any world size works 
 carried up the tree); MindSpore needs a power of two.
 
 Implementation: optimizer step pre-/post-hooks (snapshot, then combine after the local step:
-one ``all_gather`` of the flattened delta per step) and a DDP communication hook that replaces
-DDP's gradient averaging by a no-op (``local_size=1``) or a block-local mean. Usable without
+one ``all_gather`` of the flattened delta per step). With ``local_size=1`` DDP's gradient
+synchronisation is switched off altogether (each rank keeps its own gradients; the floating
+buffers DDP would broadcast, BatchNorm's running statistics, are averaged over the ranks in the
+same ``all_gather`` instead); with blocks, a DDP communication hook replaces DDP's gradient
+averaging by a block-local mean (:func:`noop_comm_hook` is the per-rank variant for plain DDP
+without Lightning). Usable without
 Lightning: :func:`adasum_combine`, :func:`adasum_reduce`, :func:`adasum_allreduce_`,
 :func:`noop_comm_hook`, :class:`AdaSumHooks`.
 
@@ -156,6 +160,28 @@ def _allreduce_flat(
     return _average_scalars(_tree(rows, lengths, eps), rows, scalar_idx)
 
 
+def _exchange(
+    delta: Tensor,
+    lengths: Tensor,
+    scalar_idx: Tensor,
+    group: Any,
+    local_size: int,
+    buffers: Sequence[Tensor],
+) -> tuple[Tensor, Tensor | None]:
+    """AdaSum of ``delta`` and the mean of ``buffers`` over ranks, in one ``all_gather``."""
+    if not buffers:
+        return _allreduce_flat(delta, lengths, scalar_idx, group, local_size, EPS), None
+    n = delta.numel()
+    flat = torch.cat([delta, *[b.detach().reshape(-1).float() for b in buffers]])
+    world = dist.get_world_size(group)
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat, group=group)
+    rows = [g[:n] for g in gathered]
+    rows = rows[::local_size] if local_size > 1 and world % local_size == 0 else rows
+    combined = _average_scalars(_tree(rows, lengths, EPS), rows, scalar_idx)
+    return combined, torch.stack([g[n:] for g in gathered]).mean(0)
+
+
 def adasum_allreduce_(
     tensors: Sequence[Tensor],
     group: Any = None,
@@ -208,6 +234,35 @@ for _hook in (noop_comm_hook, local_mean_comm_hook):
     }
 
 
+_UNSYNCED: dict[type, type] = {}
+
+
+def _unsync_ddp(ddp: nn.parallel.DistributedDataParallel) -> type:
+    """Switch off ``ddp``'s gradient synchronisation for good; returns its class (to restore).
+
+    Lightning (manual optimisation) and ``no_sync`` set ``require_backward_grad_sync`` back to
+    ``True`` around every step; a per-instance subclass whose property ignores those writes keeps
+    it off. Without it, the reducer would still bucket every gradient (and, with
+    ``find_unused_parameters``, search the graph) just to hand each rank its own gradients back.
+    """
+    cls = type(ddp)
+    sub = _UNSYNCED.get(cls)
+    if sub is None:
+        sub = _UNSYNCED[cls] = type(
+            f"AdaSum{cls.__name__}",
+            (cls,),
+            {"require_backward_grad_sync": property(lambda self: False, lambda self, v: None)},
+        )
+    ddp.__class__ = sub
+    return cls
+
+
+def _resync_ddp(ddp: nn.parallel.DistributedDataParallel, cls: type) -> None:
+    ddp.__class__ = cls
+    ddp.require_backward_grad_sync = True
+    ddp.require_forward_param_sync = True
+
+
 # ------------------------------------------------------------------ optimizer hooks
 class AdaSumHooks:
     """Optimizer step hooks applying AdaSum to each step's weight deltas (pure torch).
@@ -216,6 +271,8 @@ class AdaSumHooks:
         optimizers: the torch optimizers (their parameters, in order, form the delta).
         group: the process group (None: the default group).
         local_size: ranks per block whose gradients are already averaged.
+        buffers: floating tensors (BatchNorm running statistics) averaged over the ranks in
+            the same exchange, for when DDP no longer broadcasts them (see :class:`AdaSum`).
 
     Example:
         >>> net = nn.Linear(2, 1); opt = torch.optim.SGD(net.parameters(), lr=0.1)
@@ -224,10 +281,15 @@ class AdaSumHooks:
     """
 
     def __init__(
-        self, optimizers: Sequence[torch.optim.Optimizer], group: Any = None, local_size: int = 1
+        self,
+        optimizers: Sequence[torch.optim.Optimizer],
+        group: Any = None,
+        local_size: int = 1,
+        buffers: Sequence[Tensor] = (),
     ) -> None:
         self.group = group
         self.local_size = local_size
+        self.buffers = [b for b in buffers if b.is_floating_point()]
         self.steps = 0
         self._old: dict[int, Tensor] = {}
         self._layouts: dict[tuple, tuple] = {}
@@ -265,7 +327,10 @@ class AdaSumHooks:
         if dist.is_available() and dist.is_initialized() and dist.get_world_size(self.group) > 1:
             sizes, lengths, scalar_idx = self._layout(params)
             delta = old - self._flat(params)  # w_old - w_new
-            combined = _allreduce_flat(delta, lengths, scalar_idx, self.group, self.local_size, EPS)
+            bufs = self.buffers
+            combined, buf_mean = _exchange(
+                delta, lengths, scalar_idx, self.group, self.local_size, bufs
+            )
             # w = w_old - combined: computed from values identical on every rank, so the
             # weights stay bit-identical across ranks
             result = old.sub_(combined)
@@ -276,6 +341,11 @@ class AdaSumHooks:
                 else:
                     for p, v in zip(params, views):
                         p.copy_(v)
+                if bufs:
+                    off = 0
+                    for b in bufs:
+                        b.copy_(buf_mean[off : off + b.numel()].view_as(b))
+                        off += b.numel()
         self.steps += 1
 
     def remove(self) -> None:
@@ -310,6 +380,8 @@ class AdaSum(BoostAlgorithm):
             raise ValueError(f"AdaSum: 'local_size' must be an int >= 1, but got {local_size!r}.")
         self.local_size = local_size
         self.hooks: AdaSumHooks | None = None
+        self._ddp: Any = None
+        self._ddp_class: Any = None
         self.active = False
         self.steps = 0  # AdaSum-combined optimizer steps (finished attachments)
 
@@ -336,6 +408,7 @@ class AdaSum(BoostAlgorithm):
         ls = self._effective_local_size(world)
         trainer = context.get("trainer")
         ddp = getattr(getattr(trainer, "strategy", None), "model", None)
+        buffers: list[Tensor] = []
         if isinstance(ddp, nn.parallel.DistributedDataParallel):
             if ls > 1:
                 block = None
@@ -345,16 +418,23 @@ class AdaSum(BoostAlgorithm):
                         block = g
                 ddp.register_comm_hook(block, local_mean_comm_hook)
             else:
-                ddp.register_comm_hook(None, noop_comm_hook)
+                # each rank keeps its own gradients: switch DDP's gradient synchronisation off
+                # altogether (no reducer work, no unused-parameter search in backward); the
+                # buffers DDP would broadcast are averaged in AdaSum's own exchange instead
+                self._ddp, self._ddp_class = ddp, _unsync_ddp(ddp)
+                buffers = [b for b in network.buffers() if b.is_floating_point()]
         else:
             log.warning(
                 "AdaSum: the model is not wrapped in DistributedDataParallel; the gradients are "
                 "assumed to be each rank's own."
             )
-        self.hooks = AdaSumHooks(optimizers, None, ls)
+        self.hooks = AdaSumHooks(optimizers, None, ls, buffers)
         self.active = True
 
     def detach(self) -> None:
+        if self._ddp is not None:
+            _resync_ddp(self._ddp, self._ddp_class)
+            self._ddp = self._ddp_class = None
         if self.hooks is not None:
             self.steps += self.hooks.steps
             self.hooks.remove()

@@ -80,12 +80,18 @@ def _lightning_o2(rank: int) -> dict:
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(64, 40, generator=g), torch.randint(0, 10, (64,), generator=g))
     boost = AutoBoost("O2", {"grad_freeze": {"param_groups": 4}})
+    seen = {}
+
+    class Spy(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            seen["ddp"] = trainer.strategy.model
+            seen["class_during_fit"] = type(trainer.strategy.model).__name__
     trainer = L.Trainer(
         max_epochs=1,
         accelerator="cpu",
         devices=WORLD,
         strategy="ddp",
-        callbacks=[boost],
+        callbacks=[boost, Spy()],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -95,6 +101,9 @@ def _lightning_o2(rank: int) -> dict:
     ddp_kwargs = trainer.strategy._ddp_kwargs
     return {
         "weights": torch.cat([p.detach().reshape(-1) for p in net.parameters()]),
+        "bn_stats": torch.cat([b.detach().reshape(-1).float() for n, b in net.named_buffers()
+                               if n.endswith(("running_mean", "running_var"))]),
+        "ddp_class": (seen["class_during_fit"], type(seen["ddp"]).__name__),
         "adasum_steps": boost.get_algorithm("adasum").steps,
         "freeze_position": boost.get_algorithm("grad_freeze").position,
         "find_unused": ddp_kwargs.get("find_unused_parameters"),
@@ -170,6 +179,12 @@ def test_two_processes_gloo(tmp_path):
     # ranks, DDP switched to find_unused_parameters for GradientFreeze, BN layers removed
     l0, l1 = r0["lightning"], r1["lightning"]
     torch.testing.assert_close(l0["weights"], l1["weights"], rtol=0, atol=0)
+    # DDP's gradient sync was off (no buffer broadcast either): BatchNorm running statistics,
+    # computed from different batches on each rank, are averaged in AdaSum's own exchange
+    assert l0["bn_stats"].numel() > 0
+    torch.testing.assert_close(l0["bn_stats"], l1["bn_stats"], rtol=0, atol=0)
+    # ... by a DDP subclass during fit, restored afterwards
+    assert l0["ddp_class"] == ("AdaSumDistributedDataParallel", "DistributedDataParallel")
     assert l0["adasum_steps"] == l1["adasum_steps"] == 4
     assert l0["freeze_position"] == l1["freeze_position"] == 4
     assert l0["find_unused"] is True
