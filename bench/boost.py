@@ -235,6 +235,7 @@ def _ddp_worker(
                 )
     if rank == 0:
         torch.save(results, out)
+    dist.barrier()  # neither rank tears gloo down while the other still talks (SIGABRT seen)
     dist.destroy_process_group()
 
 
