@@ -642,7 +642,9 @@ def _execute(cfg: DictConfig) -> float | None:
     t0 = time.perf_counter()
     b = build(cfg)
     runner = {"train": _run_train, "eval": _run_eval, "online": _run_online}[mode]
-    with _ddp_children_in_job_dir(), _spawn_sharing(b.trainer_kwargs.get("strategy")):
+    with _ddp_job_scope(), _ddp_children_in_job_dir(), _spawn_sharing(
+        b.trainer_kwargs.get("strategy")
+    ):
         metrics, extra = runner(cfg, b)
     metrics = {k: _scalar(v) for k, v in metrics.items()}
     key = cfg.get("optimized_metric")
@@ -756,6 +758,39 @@ def _hydra_subprocess_cmd(local_rank: int) -> tuple[list[str], str]:
         "hydra.mode=RUN",
     ]
     return command, str(hc.runtime.cwd)
+
+
+#: what Lightning's DDP script launcher writes into the launching process's environment
+_DDP_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK",
+            "LOCAL_WORLD_SIZE", "GROUP_RANK")
+
+
+@contextlib.contextmanager
+def _ddp_job_scope() -> Iterator[None]:
+    """Leave no DDP state behind a job that launched its own worker processes.
+
+    Lightning's script launcher sets ``LOCAL_RANK``/``MASTER_PORT``/... in the launching process
+    and keeps the process group until exit. In a ``-m`` sweep the next job would then believe
+    its workers were started externally and reuse a process group whose peers have exited (a
+    hang). A job that started without ``LOCAL_RANK`` (it launched the workers) restores the
+    environment and destroys the process group when it ends; worker processes are untouched.
+    """
+    if "LOCAL_RANK" in os.environ:  # a worker process, or launched by torchrun / SLURM
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in _DDP_ENV}
+    try:
+        yield
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager
