@@ -63,6 +63,7 @@ from _common import DOC, interleaved, machine, write_result  # noqa: E402
 from lit_amp.datasets import mnist1d_arrays  # noqa: E402
 from lit_amp.nets import CNN1D  # noqa: E402
 from lit_amp.thor import THOR, get_thor_damping, get_thor_lr  # noqa: E402
+from lit_amp.thor.optimizer import DEFAULT_FACTOR_DECAY  # noqa: E402
 from lit_amp.thor.factors import conv_patches  # noqa: E402
 
 SPE = 40  # steps per epoch (4000 samples, batch 100)
@@ -98,7 +99,9 @@ TUNED: dict[str, dict[str, dict[str, Any]]] = {
 # omega1 = 0.1 skipping most re-inversions (>= 5x fewer than K-FAC). On the tuning seeds
 # omega1 = 0.05 and 0.1 gave the same accuracy (MLP 0.655 / 0.654, CNN 0.945 / 0.944 median)
 # with ~1.7x fewer inversions for 0.1. Other settings are the optimizer's defaults
-# (factor_decay 0.9, split_dim 128).
+# (factor_decay 0.5, split_dim 128). factor_decay: a second tuning grid (seeds 100-102; beta
+# {0, 0.5, 0.7, 0.9} x lr x weight decay, MLP) ended highest at beta 0.5 with the tuned lr/wd
+# (median final 0.671 vs 0.649 for 0.9; beta 0 diverged at lr 0.08), so the default moved there.
 THOR_MAIN: dict[str, Any] = {"frequency": 10, "trace_thresholds": (0.1, 0.0)}
 
 
@@ -599,6 +602,59 @@ TUNE_GRID: dict[str, dict[str, list[dict[str, Any]]]] = {
 }
 
 
+DECAY_SEEDS = [100, 101, 102]
+
+
+def tune_decay() -> dict:
+    """MLP grid over factor_decay x trace threshold x lr x weight decay (seeds 100-102): how
+    the default ``factor_decay`` was chosen (highest median final accuracy)."""
+    import itertools
+
+    grid = [
+        *itertools.product((0.0, 0.5, 0.9), ("0.1/0", "0.05/0"), (0.05, 0.08), (0.02, 0.05)),
+        *itertools.product((0.5, 0.7), ("0.1/0",), (0.04, 0.05, 0.065), (0.0, 0.01, 0.02)),
+    ]
+    rows = []
+    for beta, w, lr, wd in dict.fromkeys(grid):
+        variant = f"thor:beta={beta},w={w}"
+        opts = {**TUNED["mlp"]["thor"], "lr": lr, "weight_decay": wd}
+        rs = [train("mlp", variant, s, BUDGET[("mlp", "second")], opts) for s in DECAY_SEEDS]
+        row = {
+            "variant": variant,
+            "opts": opts,
+            "final_acc_median": statistics.median(r["final_acc"] for r in rs),
+            "final_acc": [r["final_acc"] for r in rs],
+            "epochs_to_target": [r["epochs_to_target"] for r in rs],
+            "inversions_median": statistics.median(r["inversions"] for r in rs),
+        }
+        rows.append(row)
+        print(f"  {variant:26s} lr={lr} wd={wd}: final {row['final_acc_median']:.3f} "
+              f"epochs to target {row['epochs_to_target']}", flush=True)
+    return {"seeds": DECAY_SEEDS, "grid": rows, **decay_summary(rows)}
+
+
+def decay_summary(rows: list[dict]) -> dict:
+    """Per factor_decay, the mean over the cells every beta ran (first grid) of the median final
+    accuracy (a diverged run counts 0): robust to the ~1-2 point seed/thread noise of single
+    cells, and it penalises instability at larger learning rates."""
+    def beta(r: dict) -> float:
+        return float(r["variant"].split("beta=")[1].split(",")[0])
+
+    def cell(r: dict) -> tuple:
+        return (r["variant"].split(",")[1], r["opts"]["lr"], r["opts"]["weight_decay"])
+
+    betas = [0.0, 0.5, 0.9]  # the betas of the full first grid (0.7 ran a finer lr/wd grid only)
+    common = set.intersection(*({cell(r) for r in rows if beta(r) == b} for b in betas))
+    by_beta = {
+        str(b): statistics.mean(r["final_acc_median"] for r in rows
+                                if beta(r) == b and cell(r) in common)
+        for b in betas
+    }
+    return {"mean_final_over_common_cells": by_beta,
+            "common_cells": len(common),
+            "best_factor_decay": float(max(by_beta, key=by_beta.get))}
+
+
 def tune(models: list[str], quick: bool) -> dict:
     """Small grids per model on seeds 100-101 (never reported); returns grid and choices."""
     out: dict[str, Any] = {}
@@ -643,6 +699,7 @@ ABLATIONS = [
     "thor:split=32",
     "thor:split=full",
     "thor:beta=0",
+    "thor:beta=0.9",
     "thor:beta=0,w=0/0",
 ]
 
@@ -690,7 +747,8 @@ def write_doc(payload: dict) -> None:
         lines += [
             "",
             "THOR ablations (MLP, 20 epochs, one change each from the THOR row: frequency 10, "
-            "trace_thresholds (0.1, 0), factor_decay 0.9, split_dim 128 — equal to 'full' "
+            f"trace_thresholds (0.1, 0), factor_decay {DEFAULT_FACTOR_DECAY}, split_dim 128 — "
+            "equal to 'full' "
             "here, every factor is at most 100 wide; `beta=0,w=0/0` is MindSpore's released "
             "algorithm):",
             "",
@@ -706,6 +764,16 @@ def write_doc(payload: dict) -> None:
         "only, not with the main table. Raw runs, IQRs and the "
         "timing repeats are in `bench/results/thor.json`; the tuning grids (seeds 100-101) in "
         "`bench/results/thor_tuning.json`.",
+        "",
+        "The default `factor_decay` (0.5) comes from `bench/thor.py --tune-decay` (MLP, seeds "
+        "100-102, never reported): over the same 8 cells (trace threshold 0.1 / 0.05 x lr "
+        "0.05 / 0.08 x weight decay 0.02 / 0.05) the mean median final accuracy was 0.650 for "
+        "beta 0.5, 0.636 for 0.9 and 0.337 for 0 (single-batch factors diverged in 4 of the 8 "
+        "cells); `bench/results/thor_decay_tuning.json`. With 0.9 (the previous default, "
+        "ablation row `beta=0.9`) the MLP ended at 0.650, below the 0.66 target. Single cells "
+        "move by 1-2 points with the seed or the thread count, which is why the choice "
+        "averages over cells. The trace rule ablation `w=0.05/0` ending higher than the recipe "
+        "(0.1/0) on these reported seeds was not used to change the recipe.",
         "",
         "<!-- thor:end -->",
         "",
@@ -743,6 +811,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="tiny budgets (smoke run)")
     ap.add_argument("--tune", action="store_true", help="run the hyper-parameter grids")
     ap.add_argument("--tune-models", default="mlp,cnn", help="models to tune (comma list)")
+    ap.add_argument("--tune-decay", action="store_true",
+                    help="the factor_decay grid (MLP, seeds 100-102) behind the default")
     ap.add_argument("--seeds", type=int, default=len(SEEDS))
     ap.add_argument("--no-ablations", action="store_true")
     ap.add_argument("--timing-repeats", type=int, default=5)
@@ -770,6 +840,11 @@ def main(argv: list[str] | None = None) -> None:
         res["rule"] = "most seeds reaching the target, then fewest epochs to it, then final acc"
         path = write_result("thor_tuning", res)
         print("chosen:", {m: res[m]["chosen"] for m in TUNE_GRID if m in res}, "->", path)
+        return
+    if args.tune_decay:
+        res = tune_decay()
+        print("mean final per factor_decay:", res["mean_final_over_common_cells"], "best:",
+              res["best_factor_decay"], "->", write_result("thor_decay_tuning", res))
         return
     if args.report_only:
         _report_only()
