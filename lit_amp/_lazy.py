@@ -26,7 +26,12 @@ def lazy_exports(
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        mod = importlib.import_module(module)
+        # a name that is also the subpackage (``lit_amp.thor``) resolves to the subpackage
+        # (which then has to provide the behaviour, e.g. be callable): a function bound to the
+        # package would shadow the subpackage and break dotted paths such as Hydra's
+        # ``_target_: lit_amp.thor.get_thor_lr``
+        value = mod if module == f"{package}.{name}" else getattr(mod, name)
         namespace[name] = value
         return value
 

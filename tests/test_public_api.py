@@ -45,3 +45,19 @@ def test_amp_package_does_not_import_lightning():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     importlib.invalidate_caches()
+
+
+def test_thor_is_the_callable_subpackage_so_dotted_paths_keep_working():
+    """``lit_amp.thor`` (MindSpore's ``nn.thor``) is both callable and the subpackage: after
+    ``from lit_amp import thor`` Hydra's ``_target_: lit_amp.thor.thor`` must still resolve."""
+    from hydra.utils import get_method
+    from torch import nn
+
+    from lit_amp import thor
+    from lit_amp.thor import THOR
+
+    assert thor is importlib.import_module("lit_amp.thor")
+    opt = thor(nn.Linear(4, 2), 0.1, 0.03, 0.9, frequency=2)
+    assert isinstance(opt, THOR)
+    assert get_method("lit_amp.thor.thor") is importlib.import_module("lit_amp.thor.optimizer").thor
+    assert get_method("lit_amp.thor.get_thor_lr") is not None

@@ -247,15 +247,20 @@ def _storage_free(storage: Any) -> bool:
     return torch._C._storage_Use_Count(storage._cdata) == 1
 
 
+def _pool_view(entry: _CacheEntry, slot: str, shape: torch.Size, dtype: torch.dtype):
+    """A contiguous CPU tensor on the storage kept in ``entry.<slot>``, reused while nothing else
+    holds it (else a new storage replaces it in the slot)."""
+    nbytes = shape.numel() * torch.empty((), dtype=dtype).element_size()
+    pool = getattr(entry, slot)
+    if pool is None or pool.nbytes() != nbytes or not _storage_free(pool):
+        pool = torch.empty(shape, dtype=dtype).untyped_storage()
+        setattr(entry, slot, pool)
+    return torch.empty(0, dtype=dtype).set_(pool, 0, shape, _contiguous_strides(shape))
+
+
 def _pooled_cast(entry: _CacheEntry, grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``grad.to(dtype)`` written into ``entry``'s pooled storage (contiguous)."""
-    nbytes = grad.numel() * torch.empty((), dtype=dtype).element_size()
-    pool = entry.grad_pool
-    if pool is None or pool.nbytes() != nbytes or not _storage_free(pool):
-        pool = entry.grad_pool = torch.empty(grad.shape, dtype=dtype).untyped_storage()
-    out = torch.empty(0, dtype=dtype).set_(pool, 0, grad.shape, _contiguous_strides(grad.shape))
-    out.copy_(grad)
-    return out
+    return _pool_view(entry, "grad_pool", grad.shape, dtype).copy_(grad)
 
 
 def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
@@ -297,15 +302,10 @@ class _LowLinear(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             gx = grad.matmul(low)
         if ctx.needs_input_grad[1]:
-            entry = ctx.entry
-            pool = entry.low_grad_pool
-            nbytes = low.numel() * low.element_size()
-            if pool is None or pool.nbytes() != nbytes or not _storage_free(pool):
-                pool = entry.low_grad_pool = torch.empty(low.shape, dtype=low.dtype).untyped_storage()
-            buf = torch.empty(0, dtype=low.dtype).set_(pool, 0, low.shape, _contiguous_strides(low.shape))
+            buf = _pool_view(ctx.entry, "low_grad_pool", low.shape, low.dtype)
             torch.mm(g2.t(), x.reshape(-1, x.shape[-1]), out=buf)
-            gw = _pooled_cast(entry, buf, ctx.param_dtype)
-            del buf
+            gw = _pooled_cast(ctx.entry, buf, ctx.param_dtype)
+            del buf  # frees the low pool for the next step
         if ctx.has_bias and ctx.needs_input_grad[3]:
             gb = g2.sum(0)
         return gx, gw, None, gb, None
@@ -563,7 +563,12 @@ def _swap_in(entries: list, state: _AmpState, frame: _Frame) -> None:
             if p.dtype not in _HALF_AND_SINGLE or p.dtype == low:
                 continue  # fp64/int, or already low (swapped by an ancestor)
             frame.params.append((owner, name, p))
-            params[name] = _cast_param(owner, name, p, low, state.cache_casts)
+            cast = params[name] = _cast_param(owner, name, p, low, state.cache_casts)
+            if owner.__dict__.get(name) is p:
+                # FSDP (use_orig_params) in forward: the unsharded view is both in
+                # ``_parameters`` and a plain attribute, and the attribute wins the lookup
+                frame.attrs.append((owner, name, p))
+                owner.__dict__[name] = cast
         else:
             bufs = owner._buffers
             b = bufs.get(name)

@@ -218,6 +218,7 @@ class LitModel(L.LightningModule):
 
         # 6-8. the three networks (spec §1.2)
         self._amp_applied = False
+        self._strategy_checked = False
         self.amp_config: Any = None
         self.loss_scale: Any = None  # a LossScaleController once the level is applied
         if optimizer is not None:
@@ -290,8 +291,13 @@ class LitModel(L.LightningModule):
         return self.network(*inputs)
 
     # ------------------------------------------------------------------ amp
-    def apply_amp(self, device: torch.device | str | None = None) -> None:
-        """Convert the network for ``amp_level`` in place (once), on ``device``'s defaults."""
+    def apply_amp(self, device: torch.device | str | None = None, *,
+                  cache_casts: bool = True) -> None:
+        """Convert the network for ``amp_level`` in place (once), on ``device``'s defaults.
+
+        ``cache_casts=False`` under sharded strategies (FSDP): their unsharded parameters are
+        re-gathered into the same storage at every forward, invisibly to the cast cache.
+        """
         if self._amp_applied:
             return
         self._amp_applied = True
@@ -307,14 +313,20 @@ class LitModel(L.LightningModule):
             kw["keep_batchnorm_fp32"] = self.amp_kwargs["keep_batchnorm_fp32"]
         if "loss_scale_manager" in self.amp_kwargs:
             kw["loss_scale_manager"] = self.amp_kwargs["loss_scale_manager"]
-        self.amp_config = resolve_amp_config(self.amp_level, device=device, **kw)
+        self.amp_config = resolve_amp_config(self.amp_level, device=device,
+                                             cache_casts=cache_casts, **kw)
         apply_amp_config(self.network, self.amp_config)
         if self.amp_config.loss_scale_manager is not None:
             self.loss_scale = LossScaleController(self.amp_config.loss_scale_manager)
 
     def configure_model(self) -> None:
         """Lightning hook: apply the AMP level before the strategy wraps the module."""
-        self.apply_amp(self.trainer.strategy.root_device if self._trainer is not None else None)
+        if self._trainer is None:
+            self.apply_amp(None)
+            return
+        strategy = self.trainer.strategy
+        sharded = any(k in type(strategy).__name__.lower() for k in ("fsdp", "modelparallel"))
+        self.apply_amp(strategy.root_device, cache_casts=not sharded)
 
     # ------------------------------------------------------------------ optimizers
     def configure_optimizers(self) -> Any:
@@ -407,6 +419,9 @@ class LitModel(L.LightningModule):
         return {"loss": loss_, "overflow": ovf, "loss_scale": scale}
 
     def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+        if batch_idx == 0 or not self._strategy_checked:
+            _check_training_strategy(self.trainer.strategy)
+            self._strategy_checked = True
         if self._sink_mode:
             out: dict[str, Any] = {}
             for b in batch:  # the sink: sink_size steps in one tight loop
@@ -525,3 +540,21 @@ class LitModel(L.LightningModule):
 # Lightning inspects ``training_step``'s signature on every batch (is ``batch_idx`` taken?);
 # a precomputed ``__signature__`` makes that lookup cheap.
 LitModel.training_step.__signature__ = inspect.signature(LitModel.training_step)  # type: ignore[attr-defined]
+
+
+def _check_training_strategy(strategy: Any) -> None:
+    """``LitModel`` trains the MindSpore way (forward, backward and step inside
+    ``training_step``, manual optimization). Lightning's ``FSDPStrategy`` runs ``training_step``
+    inside the FSDP module's forward, where torch's FSDP cannot take a backward pass (Lightning
+    issues #19626/#19685): refuse it with the way out, instead of FSDP's internal assertion."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if isinstance(strategy, FSDPStrategy):
+        raise ValueError(
+            "For 'Model'/'LitModel', the argument 'strategy' must not be Lightning's "
+            f"FSDPStrategy (got {type(strategy).__name__}): LitModel runs backward and the "
+            "optimizer step inside training_step (manual optimization), which FSDPStrategy does "
+            "not support (Lightning #19685). Use 'ddp' / 'ddp_spawn', ModelParallelStrategy "
+            "(FSDP2), or your own LightningModule with plugins=[AmpFSDPPrecision(level)]."
+        )
+

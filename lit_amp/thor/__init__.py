@@ -15,9 +15,23 @@ Example:
     >>> opt = thor(net, lr, damping, momentum=0.9, frequency=10)
 """
 
+import sys
+import types
+
 from lit_amp.thor.convert import ConvertModelUtils
 from lit_amp.thor.optimizer import THOR, ParamInfo, thor
 from lit_amp.thor.schedules import get_thor_damping, get_thor_lr
+
+
+class _CallableThorModule(types.ModuleType):
+    """``lit_amp.thor`` is this subpackage and, like MindSpore's ``nn.thor``, the optimizer
+    factory: ``lit_amp.thor(net, lr, damping, momentum, ...)`` calls :func:`thor`."""
+
+    def __call__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
+        return thor(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableThorModule
 
 __all__ = [
     "thor",

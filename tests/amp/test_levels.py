@@ -484,7 +484,7 @@ def test_converted_linear_matches_plain_autograd_bit_for_bit(monkeypatch, bias):
     x = torch.randn(5, 3, 8)  # a batch of sequences: leading dims are flattened
     xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
     ptrs = None
-    for step in range(2):
+    for _ in range(2):
         for m, xi in zip((net, ref), xs):
             m.zero_grad(set_to_none=True)
             xi.grad = None
