@@ -154,6 +154,11 @@ def test_multirun_sweep_with_the_ddp_script_launcher(tmp_path):
     assert "| 0 | O0 | ok |" in summary and "| 1 | O2 | ok |" in summary
     # the workers ran the job's own overrides in the job's dir, not the whole sweep again
     assert not (sweep / "0" / "0").exists() and not (tmp_path / "multirun").exists()
+    # the checkpoint rank 0 wrote under DDP reloads in a single process, same accuracy
+    again = main(["mode=eval", f"ckpt_path={results[1]['latest_ckpt']}", "amp=O2",
+                  "data=synthetic", "data.num_train=200", "data.num_valid=100",
+                  "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'eval'}"])
+    assert again == pytest.approx(results[1]["value"])
 
 
 @pytest.mark.slow
