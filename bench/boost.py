@@ -193,15 +193,16 @@ def _run(variant: Any, seed: int, epochs: int, data: dict, ddp_world: int = 0) -
 
 
 def _order(names: list[str], seed_index: int) -> list[str]:
-    k = seed_index % len(names)
+    k = seed_index % max(1, len(names))
     return names[k:] + names[:k]
 
 
 def _ddp_worker(
-    rank: int, world: int, port: int, seeds: list[int], epochs: int, out: str, width: int
+    rank: int, world: int, port: int, seeds: list[int], epochs: int, out: str, width: int,
+    batch: int = BATCH,
 ) -> None:
-    global WIDTH
-    WIDTH = width
+    global WIDTH, BATCH
+    WIDTH, BATCH = width, batch
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -294,26 +295,32 @@ def _table(summary: dict[str, dict], base: str) -> list[str]:
 
 
 def main() -> None:
-    global WIDTH
+    global WIDTH, BATCH
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=EPOCHS)
     ap.add_argument("--width", type=int, default=WIDTH, help="channels (smoke tests: 8)")
     ap.add_argument("--no-ddp", action="store_true")
     ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    ap.add_argument("--batch", type=int, default=BATCH,
+                    help="global batch (DDP: split over the 2 processes); a non-default batch "
+                    "writes results/boost_batch<B>.json and leaves the docs alone")
+    ap.add_argument("--ddp-only", action="store_true", help="skip the single-process phase")
     args = ap.parse_args()
     if args.seeds < 3:
         ap.error("--seeds must be >= 3")
     _quiet()
     torch.set_num_threads(1)
-    WIDTH = args.width
+    WIDTH, BATCH = args.width, args.batch
     seeds = list(range(args.seeds))
     load_before = os.getloadavg()[0]
     t_start = time.perf_counter()
     data = _data()
     single: dict[str, list] = {k: [] for k in SINGLE}
-    names = list(SINGLE)
-    print(f"single process: {names}, seeds {seeds}, {args.epochs} epochs")
+    names = [] if args.ddp_only else list(SINGLE)
+    if args.ddp_only:
+        single = {}
+    print(f"single process: {names}, seeds {seeds}, {args.epochs} epochs, batch {BATCH}")
     for i, seed in enumerate(seeds):
         for name in _order(names, i):
             r = _run(SINGLE[name], seed, args.epochs, data)
@@ -330,7 +337,7 @@ def main() -> None:
         print(f"DDP, 2 processes: {list(DDP)}")
         mp.spawn(
             _ddp_worker,
-            args=(2, _free_port(), seeds, args.epochs, str(out), WIDTH),
+            args=(2, _free_port(), seeds, args.epochs, str(out), WIDTH, BATCH),
             nprocs=2,
             join=True,
         )
@@ -338,11 +345,11 @@ def main() -> None:
         out.unlink()
     elapsed = time.perf_counter() - t_start
     load_after = os.getloadavg()[0]
-    s_sum = _summary(single, "O0", "cpu_seconds")
+    s_sum = _summary(single, "O0", "cpu_seconds") if single else {}
     d_sum = _summary(ddp, "DDP O0", "cpu_seconds_all_ranks") if ddp else {}
     # cross-phase (different processes, not interleaved): DDP variants vs single-process O0
     cross = {}
-    if ddp:
+    if ddp and single:
         for name, runs in ddp.items():
             cross[name] = {
                 "samples_per_s_vs_single_O0_wall": statistics.median(
@@ -357,7 +364,8 @@ def main() -> None:
                 ),
             }
     print()
-    print("\n".join(_table(s_sum, "O0")))
+    if s_sum:
+        print("\n".join(_table(s_sum, "O0")))
     if d_sum:
         print()
         print("\n".join(_table(d_sum, "DDP O0")))
@@ -366,8 +374,9 @@ def main() -> None:
         f"SGD m={MOMENTUM} wd={WD} cosine lr {LR}, {args.epochs} epochs, CPU fp32, 1 thread "
         "per process"
     )
+    default = BATCH == 100 and not args.ddp_only
     path = write_result(
-        "boost",
+        "boost" if default else f"boost_batch{BATCH}",
         {
             "task": task,
             "seeds": seeds,
@@ -384,7 +393,7 @@ def main() -> None:
     print(
         f"\nwritten: {path}  ({elapsed:.0f} s; load average {load_before:.1f} -> {load_after:.1f})"
     )
-    if not args.no_doc:
+    if not args.no_doc and default:
         _write_doc(task, s_sum, d_sum, cross, seeds, load_before, load_after)
 
 
