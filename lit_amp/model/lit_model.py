@@ -420,7 +420,7 @@ class LitModel(L.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
         if batch_idx == 0 or not self._strategy_checked:
-            _check_training_strategy(self.trainer.strategy)
+            _check_training_strategy(self.trainer.strategy, self.network)
             self._strategy_checked = True
         if self._sink_mode:
             out: dict[str, Any] = {}
@@ -542,19 +542,36 @@ class LitModel(L.LightningModule):
 LitModel.training_step.__signature__ = inspect.signature(LitModel.training_step)  # type: ignore[attr-defined]
 
 
-def _check_training_strategy(strategy: Any) -> None:
-    """``LitModel`` trains the MindSpore way (forward, backward and step inside
-    ``training_step``, manual optimization). Lightning's ``FSDPStrategy`` runs ``training_step``
-    inside the FSDP module's forward, where torch's FSDP cannot take a backward pass (Lightning
-    issues #19626/#19685): refuse it with the way out, instead of FSDP's internal assertion."""
-    from lightning.pytorch.strategies import FSDPStrategy
+def _check_training_strategy(strategy: Any, network: nn.Module) -> None:
+    """Refuse the sharded strategies LitModel cannot train under, with the way out.
 
+    ``LitModel`` trains the MindSpore way (forward, backward and step inside ``training_step``,
+    manual optimization). Lightning's ``FSDPStrategy`` runs ``training_step`` inside the FSDP
+    module's forward, where torch's FSDP cannot take a backward pass (Lightning issues
+    #19626/#19685). ``ModelParallelStrategy`` reduces gradients only for parameters that were
+    parallelized (DTensors); a plain network would train on every rank alone and the replicas
+    would drift apart silently.
+    """
+    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+
+    way_out = (
+        "Train with 'ddp' / 'ddp_spawn' (data parallel), or use your own LightningModule with "
+        "plugins=[AmpFSDPPrecision(level)] under FSDPStrategy; infer_train_layout and "
+        "infer_predict_layout work under both sharded strategies."
+    )
     if isinstance(strategy, FSDPStrategy):
         raise ValueError(
             "For 'Model'/'LitModel', the argument 'strategy' must not be Lightning's "
             f"FSDPStrategy (got {type(strategy).__name__}): LitModel runs backward and the "
             "optimizer step inside training_step (manual optimization), which FSDPStrategy does "
-            "not support (Lightning #19685). Use 'ddp' / 'ddp_spawn', ModelParallelStrategy "
-            "(FSDP2), or your own LightningModule with plugins=[AmpFSDPPrecision(level)]."
+            f"not support (Lightning #19685). {way_out}"
         )
+    if isinstance(strategy, ModelParallelStrategy):
+        from torch.distributed.tensor import DTensor
 
+        if not any(isinstance(p, DTensor) for p in network.parameters()):
+            raise ValueError(
+                "For 'Model'/'LitModel', the argument 'strategy' is a ModelParallelStrategy but "
+                "no parameter of the network is parallelized (no DTensor): every rank would "
+                f"train its own copy and the copies would drift apart. {way_out}"
+            )

@@ -5,6 +5,8 @@ Modes:
                     ``Model.infer_train_layout`` / ``infer_predict_layout`` read the DTensors.
     mp OUT        - ``Model(trainer={"strategy": ModelParallelStrategy(...)})`` on 2 CPU
                     processes (Lightning's launcher re-runs this script for rank 1).
+    mp_train OUT  - ``Model.train`` under that strategy with a plain network (must be refused:
+                    nothing would reduce the gradients).
 """
 
 from __future__ import annotations
@@ -66,9 +68,33 @@ def _mp(out: str) -> None:
         json.dump(res, f)
 
 
+def _mp_train(out: str) -> None:
+    """Model.train under ModelParallelStrategy with a plain (unparallelized) network: refused."""
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    from lit_amp import Model
+
+    net = _net()
+    strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
+    model = Model(
+        net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1),
+        trainer={"accelerator": "cpu", "devices": 2, "strategy": strategy},
+    )
+    try:
+        model.train(1, _data(), dataset_sink_mode=False)
+        res = {"error": None}
+    except ValueError as err:
+        res = {"error": str(err)}
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    with open(os.path.join(out, f"train_rank{rank}.json"), "w") as f:
+        json.dump(res, f)
+
+
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
     if mode == "dtensor":
         mp.spawn(_dtensor_worker, args=(int(sys.argv[3]), out), nprocs=2, join=True)
+    elif mode == "mp_train":
+        _mp_train(out)
     else:
         _mp(out)

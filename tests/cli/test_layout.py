@@ -75,3 +75,14 @@ def test_layout_under_model_parallel_strategy_on_cpu(tmp_path):
         lay = json.loads((tmp_path / f"rank{r}.json").read_text())["train"]
         assert lay["0.weight"]["placements"] == ["Replicate()"]
         assert lay["0.weight"]["local_shape"] == [16, 8] and lay["0.weight"]["rank"] == r
+
+
+@pytest.mark.slow
+def test_training_under_model_parallel_without_sharding_is_refused(tmp_path):
+    # without a parallelized (DTensor) network nothing reduces the gradients: each rank would
+    # train alone (measured: the two copies drifted apart) - refused on every rank instead
+    _run_worker("mp_train", str(tmp_path))
+    for r in (0, 1):
+        err = json.loads((tmp_path / f"train_rank{r}.json").read_text())["error"]
+        assert err and "ModelParallelStrategy" in err and "no parameter" in err and "ddp" in err
+
