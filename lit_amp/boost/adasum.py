@@ -149,37 +149,30 @@ def _segments(shapes: Sequence[torch.Size], device: torch.device) -> tuple[Tenso
     return lengths, torch.tensor(offsets, dtype=torch.long, device=device)
 
 
-def _allreduce_flat(
-    flat: Tensor, lengths: Tensor, scalar_idx: Tensor, group: Any, local_size: int, eps: float
-) -> Tensor:
-    """AdaSum of a flat fp32 vector over ranks (segments = tensors); returns a new vector."""
-    world = dist.get_world_size(group)
-    gathered = [torch.empty_like(flat) for _ in range(world)]
-    dist.all_gather(gathered, flat, group=group)
-    rows = gathered[::local_size] if local_size > 1 and world % local_size == 0 else gathered
-    return _average_scalars(_tree(rows, lengths, eps), rows, scalar_idx)
-
-
 def _exchange(
     delta: Tensor,
     lengths: Tensor,
     scalar_idx: Tensor,
     group: Any,
     local_size: int,
-    buffers: Sequence[Tensor],
+    buffers: Sequence[Tensor] = (),
+    eps: float = EPS,
 ) -> tuple[Tensor, Tensor | None]:
-    """AdaSum of ``delta`` and the mean of ``buffers`` over ranks, in one ``all_gather``."""
-    if not buffers:
-        return _allreduce_flat(delta, lengths, scalar_idx, group, local_size, EPS), None
+    """AdaSum over ranks of a flat fp32 vector (segments = tensors), and the mean of
+    ``buffers`` over ranks, in one ``all_gather``; returns new tensors (mean None without
+    buffers)."""
     n = delta.numel()
-    flat = torch.cat([delta, *[b.detach().reshape(-1).float() for b in buffers]])
+    flat = delta
+    if buffers:
+        flat = torch.cat([delta, *[b.detach().reshape(-1).float() for b in buffers]])
     world = dist.get_world_size(group)
     gathered = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(gathered, flat, group=group)
-    rows = [g[:n] for g in gathered]
+    rows = [g[:n] for g in gathered] if buffers else gathered
     rows = rows[::local_size] if local_size > 1 and world % local_size == 0 else rows
-    combined = _average_scalars(_tree(rows, lengths, EPS), rows, scalar_idx)
-    return combined, torch.stack([g[n:] for g in gathered]).mean(0)
+    combined = _average_scalars(_tree(rows, lengths, eps), rows, scalar_idx)
+    mean = torch.stack([g[n:] for g in gathered]).mean(0) if buffers else None
+    return combined, mean
 
 
 def adasum_allreduce_(
@@ -201,7 +194,7 @@ def adasum_allreduce_(
         return
     flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
     lengths, scalar_idx = _segments([t.shape for t in tensors], flat.device)
-    out = _allreduce_flat(flat, lengths, scalar_idx, group, local_size, eps)
+    out, _ = _exchange(flat, lengths, scalar_idx, group, local_size, eps=eps)
     offset = 0
     with torch.no_grad():
         for t in tensors:
@@ -328,9 +321,8 @@ class AdaSumHooks:
             sizes, lengths, scalar_idx = self._layout(params)
             delta = old - self._flat(params)  # w_old - w_new
             bufs = self.buffers
-            combined, buf_mean = _exchange(
-                delta, lengths, scalar_idx, self.group, self.local_size, bufs
-            )
+            combined, buf_mean = _exchange(delta, lengths, scalar_idx, self.group,
+                                           self.local_size, bufs)
             # w = w_old - combined: computed from values identical on every rank, so the
             # weights stay bit-identical across ranks
             result = old.sub_(combined)
