@@ -123,12 +123,12 @@ def test_multirun_sweep_of_two_amp_levels(tmp_path):
 
 @pytest.mark.slow
 def test_multirun_sweep_with_the_ddp_script_launcher(tmp_path):
-    """trainer=ddp (Lightning's script launcher re-running the command) inside a -m sweep: each
-    job launches its own second process in its own run dir, both ranks end identical, and the
-    second job does not inherit the first job's process group or environment."""
+    """trainer=ddp (Lightning's script launcher re-running the command) inside a -m sweep over
+    every AMP level: each job launches its own second process in its own run dir, both ranks end
+    identical, and no job inherits the previous job's process group or environment."""
     sweep = tmp_path / "sweep"
     cmd = [
-        sys.executable, "-m", "lit_amp", "-m", "amp=O0,O2", "trainer=ddp",
+        sys.executable, "-m", "lit_amp", "-m", "amp=O0,O1,O2,O3", "trainer=ddp",
         "trainer.accelerator=cpu", "trainer.devices=2", "trainer.sync_batchnorm=false",
         "data=synthetic", "data.num_train=200", "data.num_valid=100", "epochs=1",
         "valid_frequency=null", "callbacks=minimal", "trainer.enable_progress_bar=false",
@@ -142,23 +142,23 @@ def test_multirun_sweep_with_the_ddp_script_launcher(tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads((sweep / str(i) / "result.json").read_text()) for i in (0, 1)]
-    assert [r["amp"] for r in results] == ["O0", "O2"]
+    results = [json.loads((sweep / str(i) / "result.json").read_text()) for i in range(4)]
+    assert [r["amp"] for r in results] == ["O0", "O1", "O2", "O3"]
     assert all(r["status"] == "ok" for r in results)
-    for i in (0, 1):
+    for i in range(4):
         ranks = [json.loads((sweep / str(i) / f"weights_rank{r}.json").read_text())
                  for r in (0, 1)]
         assert [r["world"] for r in ranks] == [2, 2]
         assert ranks[0]["weights"] == ranks[1]["weights"]
     summary = (sweep / "summary.md").read_text()
-    assert "| 0 | O0 | ok |" in summary and "| 1 | O2 | ok |" in summary
+    assert "| 0 | O0 | ok |" in summary and "| 3 | O3 | ok |" in summary
     # the workers ran the job's own overrides in the job's dir, not the whole sweep again
     assert not (sweep / "0" / "0").exists() and not (tmp_path / "multirun").exists()
     # the checkpoint rank 0 wrote under DDP reloads in a single process, same accuracy
-    again = main(["mode=eval", f"ckpt_path={results[1]['latest_ckpt']}", "amp=O2",
+    again = main(["mode=eval", f"ckpt_path={results[2]['latest_ckpt']}", "amp=O2",
                   "data=synthetic", "data.num_train=200", "data.num_valid=100",
                   "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'eval'}"])
-    assert again == pytest.approx(results[1]["value"])
+    assert again == pytest.approx(results[2]["value"])
 
 
 @pytest.mark.slow
