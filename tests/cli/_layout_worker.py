@@ -51,43 +51,44 @@ def _dtensor_worker(rank: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def _mp(out: str) -> None:
+def _mp_model():
+    """A Model on 2 CPU processes under ModelParallelStrategy (plain network, no plan)."""
     from lightning.pytorch.strategies import ModelParallelStrategy
 
     from lit_amp import Model
 
     net = _net()
     strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
-    model = Model(
+    return Model(
         net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1),
         trainer={"accelerator": "cpu", "devices": 2, "strategy": strategy},
     )
-    res = {"train": model.infer_train_layout(_data())}
+
+
+def _write(out: str, name: str, res: dict) -> None:
     rank = dist.get_rank() if dist.is_initialized() else 0
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+    with open(os.path.join(out, f"{name}{rank}.json"), "w") as f:
         json.dump(res, f)
+    if dist.is_initialized():
+        # both ranks tear gloo down together: a rank exiting while the other still holds the
+        # group aborted now and then ("terminate called without an active exception")
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _mp(out: str) -> None:
+    _write(out, "rank", {"train": _mp_model().infer_train_layout(_data())})
 
 
 def _mp_train(out: str) -> None:
     """Model.train under ModelParallelStrategy with a plain (unparallelized) network: refused."""
-    from lightning.pytorch.strategies import ModelParallelStrategy
-
-    from lit_amp import Model
-
-    net = _net()
-    strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
-    model = Model(
-        net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1),
-        trainer={"accelerator": "cpu", "devices": 2, "strategy": strategy},
-    )
+    model = _mp_model()
     try:
         model.train(1, _data(), dataset_sink_mode=False)
         res = {"error": None}
     except ValueError as err:
         res = {"error": str(err)}
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    with open(os.path.join(out, f"train_rank{rank}.json"), "w") as f:
-        json.dump(res, f)
+    _write(out, "train_rank", res)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,11 @@ def main(out: str, level: str) -> None:
         enable_model_summary=False,
     )
     trainer.fit(LM(out), data)
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # both ranks tear gloo down together (see tests/cli/_layout_worker)
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
