@@ -713,7 +713,7 @@ def write_doc(payload: dict) -> None:
         "<!-- thor:begin -->",
         "## THOR vs SGD / Adam / K-FAC on MNIST-1D (`bench/thor.py`, issue #5)",
         "",
-        f"Machine: {m['cpu']}, {m['cores']} cores (shared), torch {m['torch']}, "
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
         f"{m['threads']} threads; {payload['date']}. Seeds {payload['seeds']}, medians "
         "[IQR]. Budgets: THOR and K-FAC 20 epochs (their schedules end there), Adam/SGD 100 "
         "(MLP) / 40 (CNN) epochs at the paper's constant lr. Command: "
