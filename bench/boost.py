@@ -61,6 +61,8 @@ SINGLE: dict[str, Any] = {
 DDP: dict[str, Any] = {
     "DDP O0": None,
     "DDP O2": ("O2", None),
+    # the same O2 with AdaSum's deltas sent through gloo instead of shared memory
+    "DDP O2, gloo exchange": ("O2", None, {"adasum": {"transport": "process_group"}}),
     "DDP O1": ("O1", None),
     "DDP AdaSum only": ("O0", {"boost": {"mode": "manual", "adasum": True}}),
 }
@@ -142,7 +144,10 @@ def _run(variant: Any, seed: int, epochs: int, data: dict, ddp_world: int = 0) -
     callbacks: list = [cosine, timer]
     boost = None
     if variant is not None:
-        boost = AutoBoost(*variant)
+        boost = AutoBoost(*variant[:2])
+        for algo, attrs in (variant[2] if len(variant) > 2 else {}).items():
+            for key, value in attrs.items():
+                setattr(boost.get_algorithm(algo), key, value)
         callbacks.insert(0, boost)
     kw: dict[str, Any] = {"accelerator": "cpu", "devices": 1}
     if ddp_world:
@@ -189,6 +194,7 @@ def _run(variant: Any, seed: int, epochs: int, data: dict, ddp_world: int = 0) -
         out["train_sets"] = len(gf.sets)
     if boost is not None and boost.get_algorithm("adasum") is not None:
         out["adasum_steps"] = boost.get_algorithm("adasum").steps
+        out["adasum_transport"] = boost.get_algorithm("adasum").transport_used
     return out
 
 
@@ -272,6 +278,7 @@ def _summary(results: dict[str, list], base: str, cpu_key: str) -> dict[str, dic
             "train_sets",
             "bn_layers",
             "bn_layers_before",
+            "adasum_transport",
         ):
             if key in runs[0]:
                 row[key] = runs[0][key]

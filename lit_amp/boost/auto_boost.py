@@ -187,7 +187,10 @@ class AutoBoost(L.Callback):
             return
         if self.config.flags["loss_scale_group"]:
             self._check_group_manager(pl_module)
+        adasum = self.get_algorithm("adasum")
+        sync_off = isinstance(adasum, AdaSum) and adasum.unsyncs_ddp(trainer.world_size)
         for algo in self.algorithms:
+            algo.ddp_gradient_sync_off = sync_off
             algo.setup(trainer, pl_module, stage)
 
     @staticmethod

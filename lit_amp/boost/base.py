@@ -98,6 +98,9 @@ class BoostAlgorithm(L.Callback):
     """
 
     name: ClassVar[str] = "boost_algorithm"
+    #: set by AutoBoost when AdaSum switches DDP's gradient synchronisation off: then no
+    #: algorithm needs ``find_unused_parameters`` (DDP never reduces a gradient)
+    ddp_gradient_sync_off: bool = False
 
     @property
     def requires_find_unused_parameters(self) -> bool:
@@ -119,7 +122,11 @@ class BoostAlgorithm(L.Callback):
 
     # -------------------------------------------------------------- Lightning
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self.requires_find_unused_parameters and trainer.world_size > 1:
+        if (
+            self.requires_find_unused_parameters
+            and trainer.world_size > 1
+            and not self.ddp_gradient_sync_off
+        ):
             _ddp_needs_unused(trainer, type(self).__name__)
         self.apply_to_network(find_network(pl_module))
 

@@ -64,8 +64,8 @@ def _batch(rank: int):
     return torch.randn(8, 3, generator=g), torch.randn(8, 2, generator=g)
 
 
-def _lightning_o2(rank: int) -> dict:
-    """LitModel + AutoBoost("O2") under Lightning DDP (processes launched by the test)."""
+def _lightning_o2(rank: int, level: str = "O2") -> dict:
+    """LitModel + AutoBoost(level) under Lightning DDP (processes launched by the test)."""
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -79,13 +79,14 @@ def _lightning_o2(rank: int) -> dict:
     lit = LitModel(net, nn.CrossEntropyLoss(), opt, metrics={"acc"})
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(64, 40, generator=g), torch.randint(0, 10, (64,), generator=g))
-    boost = AutoBoost("O2", {"grad_freeze": {"param_groups": 4}})
+    boost = AutoBoost(level, {"grad_freeze": {"param_groups": 4}})
     seen = {}
 
     class Spy(L.Callback):
         def on_train_batch_end(self, trainer, *args):
             seen["ddp"] = trainer.strategy.model
             seen["class_during_fit"] = type(trainer.strategy.model).__name__
+            seen["ddp_find_unused"] = trainer.strategy.model.find_unused_parameters
     trainer = L.Trainer(
         max_epochs=1,
         accelerator="cpu",
@@ -104,7 +105,9 @@ def _lightning_o2(rank: int) -> dict:
         "bn_stats": torch.cat([b.detach().reshape(-1).float() for n, b in net.named_buffers()
                                if n.endswith(("running_mean", "running_var"))]),
         "ddp_class": (seen["class_during_fit"], type(seen["ddp"]).__name__),
-        "adasum_steps": boost.get_algorithm("adasum").steps,
+        "adasum_steps": getattr(boost.get_algorithm("adasum"), "steps", None),
+        "ddp_find_unused": seen["ddp_find_unused"],
+        "transport": getattr(boost.get_algorithm("adasum"), "transport_used", None),
         "freeze_position": boost.get_algorithm("grad_freeze").position,
         "find_unused": ddp_kwargs.get("find_unused_parameters"),
         "removed_bn": len(boost.get_algorithm("less_bn").removed_bn),
@@ -146,6 +149,7 @@ def _worker(rank: int, init_file: str, out: str, port: int) -> None:
         hooks.remove()
         # 3) the same through Lightning: LitModel + AutoBoost("O2") with the "ddp" strategy
         results["lightning"] = _lightning_o2(rank)
+        results["lightning_o1"] = _lightning_o2(rank, "O1")
         torch.save(results, os.path.join(out, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -176,7 +180,7 @@ def test_two_processes_gloo(tmp_path):
         torch.testing.assert_close(r1["after"][i], expected)
     assert r0["steps"] == r1["steps"] == 1
     # Lightning O2: AdaSum active (4 steps of 8 samples per rank), weights identical on both
-    # ranks, DDP switched to find_unused_parameters for GradientFreeze, BN layers removed
+    # ranks, BN layers removed
     l0, l1 = r0["lightning"], r1["lightning"]
     torch.testing.assert_close(l0["weights"], l1["weights"], rtol=0, atol=0)
     # DDP's gradient sync was off (no buffer broadcast either): BatchNorm running statistics,
@@ -186,9 +190,19 @@ def test_two_processes_gloo(tmp_path):
     # ... by a DDP subclass during fit, restored afterwards
     assert l0["ddp_class"] == ("AdaSumDistributedDataParallel", "DistributedDataParallel")
     assert l0["adasum_steps"] == l1["adasum_steps"] == 4
+    # both ranks on this host with gloo: the deltas travelled through shared memory
+    assert l0["transport"] == l1["transport"] == "shm"
     assert l0["freeze_position"] == l1["freeze_position"] == 4
-    assert l0["find_unused"] is True
     assert l0["removed_bn"] == 6
+    # with DDP's gradient sync off, GradientFreeze does not need DDP's unused-parameter search
+    assert l0["find_unused"] is not True and l0["ddp_find_unused"] is False
+    # O1 (GradientFreeze without AdaSum) under DDP: switched to find_unused_parameters, and
+    # DDP's averaging keeps the ranks identical
+    o0, o1 = r0["lightning_o1"], r1["lightning_o1"]
+    assert o0["find_unused"] is True and o0["ddp_find_unused"] is True
+    assert o0["ddp_class"] == ("DistributedDataParallel", "DistributedDataParallel")
+    assert o0["freeze_position"] == 4
+    torch.testing.assert_close(o0["weights"], o1["weights"])
 
 
 def _free_port() -> int:
