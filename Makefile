@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(VPY) bench/loss_scale.py
 	$(VPY) bench/amp_levels.py
 	$(VPY) bench/online.py
+	$(VPY) bench/collectives.py
 	$(VPY) bench/boost.py
 	$(VPY) bench/thor.py
 
