@@ -71,9 +71,10 @@ class ShmAllGather:
         timeout_s: how long a call waits for the slowest rank before raising RuntimeError.
 
     Raises:
-        RuntimeError: from :meth:`__init__` when a rank cannot map the file or the ranks are
-            not on one host (check :meth:`usable` first), and from :meth:`all_gather` when a
-            rank stays away longer than ``timeout_s``.
+        RuntimeError: from :meth:`__init__` (on every rank alike) when a rank cannot map the
+            file or the ranks do not share it, e.g. containers with private ``/dev/shm``
+            (check :meth:`usable` first), and from :meth:`all_gather` when a rank stays away
+            longer than ``timeout_s``.
     """
 
     def __init__(self, numel: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
@@ -96,14 +97,30 @@ class ShmAllGather:
             err = f"rank {self.rank}: {exc}"
         errors: list[Any] = [None] * self.world
         dist.all_gather_object(errors, err)  # every rank has mapped it (or failed) past here
-        if self.rank == 0 and os.path.exists(self.path):
+        try:  # whoever comes first removes the name; the mappings stay
             os.unlink(self.path)
+        except OSError:
+            pass
         bad = [e for e in errors if e]
         if bad or buf is None:
             raise RuntimeError("ShmAllGather: could not map the shared file: " + "; ".join(bad))
         self._buf = buf
         self.data = buf[: 2 * self.world * self.numel].view(2, self.world, self.numel)
         self.flags = buf[2 * self.world * self.numel :].view(torch.int64)
+        # one mapping for all? (a private /dev/shm per container would give each rank its own
+        # file under the same name): every rank writes a token, then reads everybody's
+        self.flags[self.rank] = -1 - self.rank
+        dist.barrier()
+        seen = self.flags.tolist() == [-1 - r for r in range(self.world)]
+        shared: list[Any] = [None] * self.world
+        dist.all_gather_object(shared, seen)
+        self.flags[self.rank] = 0
+        dist.barrier()
+        if not all(shared):
+            self.close()
+            raise RuntimeError(
+                "ShmAllGather: the ranks do not see one shared file (separate /dev/shm?)."
+            )
 
     @staticmethod
     def usable() -> tuple[bool, str]:

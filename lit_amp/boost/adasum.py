@@ -486,7 +486,10 @@ class AdaSum(BoostAlgorithm):
                 numel = sum(p.numel() for p in params) + sum(
                     b.numel() for b in buffers if b.is_floating_point()
                 )
-                return ShmAllGather(numel)
+                try:
+                    return ShmAllGather(numel)
+                except RuntimeError as exc:  # raised on every rank alike
+                    why = str(exc)
         if self.transport == "shm":
             raise ValueError(f"AdaSum: transport='shm' cannot be used here: {why}.")
         log.info("AdaSum: exchanging through the process group (%s).", why)

@@ -43,6 +43,33 @@ def _train(channel: ShmAllGather | None, rank: int, steps: int) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1) for t in [*net.parameters(), *bufs]])
 
 
+def _not_shared(rank: int) -> dict:
+    import lit_amp.boost._shm as shm_mod
+
+    real = torch.from_file
+
+    def private(path, *a, **k):  # rank 1 maps a file of its own, as in another container
+        if rank == 1:
+            path = f"{path}.private"
+            t = real(path, *a, **k)
+            os.unlink(path)
+            return t
+        return real(path, *a, **k)
+
+    res = {}
+    shm_mod.torch.from_file = private
+    try:
+        with pytest.raises(RuntimeError, match="do not see one shared file"):
+            ShmAllGather(8)
+        opt = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+        res["auto_channel"] = AdaSum()._channel([opt], [])
+        with pytest.raises(ValueError, match="transport='shm' cannot be used"):
+            AdaSum(transport="shm")._channel([opt], [])
+    finally:
+        shm_mod.torch.from_file = real
+    return res
+
+
 def _worker(rank: int, init_file: str, out: str) -> None:
     _init(rank, init_file)
     res: dict = {}
@@ -77,6 +104,9 @@ def _worker(rank: int, init_file: str, out: str) -> None:
             res["timeout_msg"] = str(exc.value)
         dist.barrier()
         ch.close()
+        # ranks that do not see one file (containers with private /dev/shm): every rank gets
+        # the same RuntimeError, and AdaSum("auto") falls back to the process group
+        res["not_shared"] = _not_shared(rank)
         torch.save(res, os.path.join(out, f"rank{rank}.pt"))
         dist.barrier()
     finally:
@@ -98,6 +128,7 @@ def test_shared_memory_exchange_two_processes(tmp_path):
     assert r0["via_shm"].numel() > 0
     assert 1.0 <= r0["timeout_s"] < 10.0
     assert "did a rank stop" in r0["timeout_msg"]
+    assert r0["not_shared"]["auto_channel"] is None and r1["not_shared"]["auto_channel"] is None
 
 
 def test_transport_argument_is_checked():
