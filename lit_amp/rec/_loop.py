@@ -160,6 +160,7 @@ class OnlineLoop(L.Callback):
         self._signal: int | None = None
         self._prev_handlers: dict[int, Any] = {}
         self._cursor: Any = None  # cursor of the last trained batch (this rank)
+        self._saved_cursor: Any = None  # this rank's cursor in the newest checkpoint
         self._last_ckpt_step = -1
         self._last_ckpt_time = 0.0
         self._last_pub_step = -1
@@ -275,6 +276,10 @@ class OnlineLoop(L.Callback):
         assert o.ckpt_dir is not None
         step = self._step()
         cursors = self._gather_cursors()
+        # rank 0 finished writing the previous checkpoint before it joined this gather, so
+        # what that checkpoint covers is durable on every rank now
+        self._release(self._saved_cursor)
+        self._saved_cursor = self._cursor
         self._last_ckpt_step = step
         self._last_ckpt_time = time.monotonic()
         if self._rank != 0:
@@ -295,6 +300,18 @@ class OnlineLoop(L.Callback):
         self.cb.latest_ckpt_file = path
         self.cb.last_save_ckpt_step = step
         log.debug("online_train: checkpoint %s", path)
+
+    def _release(self, cursor: Any) -> None:
+        """Tell the source that a durable checkpoint holds ``cursor`` (it may clean up)."""
+        source = self.stream.source
+        fn = getattr(source, "checkpointed", None)
+        if cursor is None or fn is None:
+            return
+        try:
+            fn(cursor)
+        except Exception:  # clean-up must never stop training
+            log.warning("online_train: %s.checkpointed failed", type(source).__name__,
+                        exc_info=True)
 
     def _publish(self) -> None:
         o = self.opts
@@ -351,7 +368,7 @@ class OnlineLoop(L.Callback):
                 mine = merge([c for c in cursors if c is not None])
             if mine is not None:
                 source.load_state_dict(mine)
-                self._cursor = mine
+                self._cursor = self._saved_cursor = mine
         self.cb.cur_step_num = int(online.get("step", 0))
         self.cb.cur_epoch_num = int(online.get("epoch", 0))
         self.summary.total_records = int(online.get("records", 0))
@@ -541,8 +558,12 @@ class OnlineLoop(L.Callback):
             self._call("on_train_end")
         finally:
             self.callbacks.exit()
-        if self.opts.ckpt_dir is not None and self._step() != self._last_ckpt_step:
-            self._save_checkpoint()
+        if self.opts.ckpt_dir is not None:
+            if self._step() != self._last_ckpt_step:
+                self._save_checkpoint()
+            if self._world > 1:
+                torch.distributed.barrier()  # rank 0 has written the final checkpoint
+            self._release(self._saved_cursor)
         if self.opts.publish_dir is not None and self._step() != self._last_pub_step:
             self._publish()
         self._finish()

@@ -191,6 +191,9 @@ class RecModel(Model):
         ``resume`` the newest one is restored first. Delivery is at-least-once: after a
         crash (even ``kill -9``) and a restart, every record is trained at least once, and
         the records trained twice are those after the last checkpoint (at most one interval).
+        Once a checkpoint is durable, the source's ``checkpointed(cursor)`` is called with the
+        cursor of the checkpoint before it (and of the final one at the end), so that
+        ``DirectorySource(delete_consumed=True)`` can delete consumed files.
 
         Publishing (``publish_dir``): every ``publish_every_n_steps`` steps and/or
         ``publish_every_n_seconds`` (also while the stream is idle), and at the end, the
@@ -299,6 +302,12 @@ class RecModel(Model):
                 "dataset itself starts. Use a lit_amp.rec.sources source for at-least-once "
                 "delivery.",
                 type(train_dataset).__name__,
+            )
+        if opts.ckpt_dir is None and getattr(source, "delete_consumed", False):
+            log.warning(
+                "online_train: %s(delete_consumed=True) deletes files only once a checkpoint "
+                "counts them as consumed, and ckpt_dir is None: nothing will be deleted.",
+                type(source).__name__,
             )
         stream = OnlineStream(train_dataset, source)
         cb_params = InternalCallbackParam(

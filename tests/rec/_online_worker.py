@@ -47,6 +47,7 @@ def main() -> None:
     p.add_argument("--max-idle", type=float, default=1.0)
     p.add_argument("--ddp", type=int, default=0)
     p.add_argument("--wait-for", default=None, help="start training once this file exists")
+    p.add_argument("--delete-consumed", action="store_true")
     a = p.parse_args()
     if a.wait_for:  # started early so that the imports above overlap another run
         while not os.path.exists(a.wait_for):
@@ -62,7 +63,13 @@ def main() -> None:
     model = RecModel(
         net, nn.BCEWithLogitsLoss(), torch.optim.Adam(net.parameters(), 1e-2), trainer=trainer
     )
-    src = DirectorySource(a.data, batch_size=a.batch, max_idle_s=a.max_idle, poll_interval=0.02)
+    src = DirectorySource(
+        a.data,
+        batch_size=a.batch,
+        max_idle_s=a.max_idle,
+        poll_interval=0.02,
+        delete_consumed=a.delete_consumed,
+    )
     summary = model.online_train(
         src,
         callbacks=[LogIds(log, a.sleep)],

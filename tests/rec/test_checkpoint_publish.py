@@ -202,3 +202,25 @@ def test_publish_is_atomic_when_a_write_fails(tmp_path, monkeypatch):
 def test_load_published_without_anything_published(tmp_path):
     with pytest.raises(ValueError, match="no published weights"):
         load_published(tmp_path)
+
+
+def test_delete_consumed_needs_checkpoints_and_drains_the_folder_with_them(tmp_path, caplog):
+    data = tmp_path / "data"
+    fill_dir(data, 6, 8)
+    files = sorted(p.name for p in data.iterdir())
+
+    def src():
+        return DirectorySource(data, batch_size=8, max_idle_s=0.0, delete_consumed=True)
+
+    # without ckpt_dir: a warning, and every file stays (nothing would survive a crash)
+    with caplog.at_level(logging.WARNING, logger="lit_amp.rec"):
+        s = make_model().online_train(src())
+    assert s.records == 48
+    assert "nothing will be deleted" in caplog.text
+    assert sorted(p.name for p in data.iterdir()) == files
+    # with checkpoints every 2 steps: trained once, and the folder ends empty
+    source = src()
+    s = make_model().online_train(source, ckpt_dir=tmp_path / "ckpt", ckpt_every_n_steps=2)
+    assert s.records == 48 and s.stop_reason == "source_exhausted"
+    assert [p.name for p in data.iterdir()] == []
+    assert source.files_deleted == 6

@@ -34,9 +34,13 @@ def _read_log(path: Path) -> list[tuple[int, list[int]]]:
     return out
 
 
-def test_sigkill_mid_stream_loses_nothing_and_duplicates_stay_within_one_interval(tmp_path):
+@pytest.mark.parametrize("delete_consumed", [False, True], ids=["keep", "delete_consumed"])
+def test_sigkill_mid_stream_loses_nothing_and_duplicates_stay_within_one_interval(
+    tmp_path, delete_consumed
+):
     data, ckpt, log = tmp_path / "data", tmp_path / "ckpt", tmp_path / "trained.log"
     all_ids = fill_dir(data, FILES, PER_FILE, fmt="jsonl")
+    files = sorted(p.name for p in data.iterdir())
     cmd = [
         sys.executable,
         WORKER,
@@ -52,6 +56,7 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_stay_within_one_interva
         str(CKPT_EVERY),
         "--max-idle",
         "0.5",
+        *(["--delete-consumed"] if delete_consumed else []),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -92,6 +97,14 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_stay_within_one_interva
     assert steps1 == list(range(1, len(run1) + 1)) and len(run1) < FILES  # killed mid-stream
     ckpt_step = int(Path(list_checkpoints(ckpt)[-1]).stem.split("-")[1])
     assert 0 < ckpt_step <= len(run1) <= ckpt_step + CKPT_EVERY
+    left = sorted(p.name for p in data.iterdir() if p.name.startswith("part-"))
+    if delete_consumed:
+        # only files that the checkpoint before the newest counts as consumed are gone (one
+        # file = one batch here): the newest checkpoint's files are all still there
+        assert ckpt_step > CKPT_EVERY  # at least two checkpoints, so something was deleted
+        assert left == files[ckpt_step - CKPT_EVERY :]
+    else:
+        assert left == files
 
     # 2) restart: it resumes from the newest checkpoint and drains the folder
     go.write_text("")
@@ -115,3 +128,6 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_stay_within_one_interva
     assert dups == sorted(redone)  # exactly the records trained after the last checkpoint
     assert len(dups) <= CKPT_EVERY * BATCH  # at most one checkpoint interval
     assert len(trained) == len(all_ids) + len(dups)
+    # drained: with delete_consumed the final checkpoint released every file
+    left = sorted(p.name for p in data.iterdir() if p.name.startswith("part-"))
+    assert left == ([] if delete_consumed else files)

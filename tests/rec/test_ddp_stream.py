@@ -1,5 +1,6 @@
 """DDP over a stream (2 CPU processes, gloo): ranks whose shards hold different numbers of
-batches still step the same number of times and finish, without the known hang."""
+batches still step the same number of times and finish, without the known hang; consumed files
+are deleted per shard once a checkpoint covers them."""
 
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ def test_ddp_on_an_uneven_stream_finishes_with_equal_steps(tmp_path):
             "0.5",
             "--ddp",
             "2",
+            "--delete-consumed",
         ]
         procs.append(
             subprocess.Popen(
@@ -104,3 +106,7 @@ def test_ddp_on_an_uneven_stream_finishes_with_equal_steps(tmp_path):
     assert state["online"]["world_size"] == 2 and state["online"]["step"] == 2
     assert cursors[0]["done"] == sorted(names[0])[:2]
     assert cursors[1]["done"] == sorted(names[1])
+    # delete_consumed under DDP: each rank deleted the files of its shard that the final
+    # checkpoint counts as consumed; rank 0's untrained files are all still there
+    left = sorted(p.name for p in data.iterdir() if p.name.startswith("part-"))
+    assert left == sorted(names[0])[2:]

@@ -214,3 +214,31 @@ def test_merge_state_dicts_for_a_new_world_size():
         [{"done": ["a", "c"], "partial": {"d": 3}}, {"done": ["b"], "partial": {"c": 9}}]
     )
     assert merged == {"done": ["a", "b", "c"], "partial": {"d": 3}}
+
+
+def test_checkpointed_deletes_only_consumed_files_it_would_read(tmp_path):
+    fill_dir(tmp_path, 3, 4)
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / ".part-9.npz.tmp").write_text("x")
+    src = DirectorySource(tmp_path, batch_size=4, max_idle_s=0.0, delete_consumed=True)
+    it = iter(src)
+    next(it)  # part-000000 consumed
+    state = src.state_dict()
+    assert sorted(state["done"]) == ["part-000000.npz"]
+    # a tampered cursor: names with a path, hidden files, other suffixes, missing files
+    state = {"done": [*state["done"], "../x.npz", ".part-9.npz.tmp", "notes.txt", "gone.npz"]}
+    src.checkpointed(state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".part-9.npz.tmp",
+        "notes.txt",
+        "part-000001.npz",
+        "part-000002.npz",
+    ]
+    assert src.files_deleted == 1
+    assert [len(label) for _, label in it] == [4, 4]  # the rest still reads
+    # off by default: nothing is deleted
+    keep = DirectorySource(tmp_path, batch_size=4, max_idle_s=0.0)
+    keep.checkpointed({"done": ["part-000001.npz"]})
+    assert (tmp_path / "part-000001.npz").exists()
+    with pytest.raises(TypeError, match="'delete_consumed' must be a bool"):
+        DirectorySource(tmp_path, delete_consumed="yes")

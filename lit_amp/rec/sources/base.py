@@ -222,6 +222,14 @@ class StreamSource(IterableDataset):
     def _restore(self, state: dict[str, Any]) -> None:
         self._cursor = dict(state)
 
+    def checkpointed(self, state: dict[str, Any]) -> None:
+        """``RecModel.online_train`` calls it once a checkpoint holding ``state`` (this
+        reader's cursor) is durable: the records before that cursor will never be read again.
+
+        The default does nothing; :class:`DirectorySource` (``delete_consumed=True``) deletes
+        the files the cursor counts as consumed.
+        """
+
     def bind_idle(self, fn: Callable[[], bool] | None) -> None:
         """Call ``fn()`` at every poll while waiting for data; a true result ends iteration."""
         self._idle_fn = fn

@@ -157,6 +157,12 @@ class DirectorySource(StreamSource):
             unconsumed in the cursor).
         dead_letter_path: default ``{directory}/_dead_letter.jsonl``.
         rank, world_size: shard explicitly (default: from ``torch.distributed``).
+        delete_consumed: delete a file once a durable checkpoint of ``RecModel.online_train``
+            counts it as consumed, so an endless stream does not fill the disk. The
+            checkpoint is the one *before* the newest (the newest too at the end of a run):
+            if the newest is unreadable, the resume falls back to one whose files are all
+            still there. Without ``ckpt_dir`` nothing is deleted. Deleted files leave the
+            cursor. ``files_deleted`` counts them.
 
     Raises:
         ValueError: bad sizes, intervals or suffixes.
@@ -190,6 +196,7 @@ class DirectorySource(StreamSource):
         dead_letter_path: str | os.PathLike | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        delete_consumed: bool = False,
     ) -> None:
         directory = os.path.abspath(os.fspath(directory))
         super().__init__(
@@ -206,6 +213,11 @@ class DirectorySource(StreamSource):
                 ("linger_s", linger_s, True),
             ),
         )
+        if not isinstance(delete_consumed, bool):
+            raise TypeError(
+                f"For '{owner}', the argument 'delete_consumed' must be a bool, but got "
+                f"{delete_consumed!r}."
+            )
         bad = [s for s in suffixes if s not in _FORMATS]
         if not suffixes or bad:
             raise ValueError(
@@ -222,6 +234,8 @@ class DirectorySource(StreamSource):
         self.linger_s = linger_s
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = rank, world_size
+        self.delete_consumed = delete_consumed
+        self.files_deleted = 0
         self._cursor = {"done": frozenset(), "partial": {}}
         self._missing_logged = False
 
@@ -244,6 +258,31 @@ class DirectorySource(StreamSource):
             "done": frozenset(done),
             "partial": {str(k): int(v) for k, v in partial.items()},
         }
+
+    def checkpointed(self, state: dict[str, Any]) -> None:
+        """With ``delete_consumed``: delete the files that ``state`` counts as consumed.
+
+        Only plain names this source would read are touched (a name with a path separator,
+        a hidden name or another suffix is ignored); a file already gone is fine, and a file
+        that cannot be deleted is logged, never raised.
+        """
+        if not self.delete_consumed or not isinstance(state, dict):
+            return
+        failed = 0
+        for name in state.get("done", ()):
+            if not isinstance(name, str) or not name or os.sep in name or "/" in name:
+                continue
+            if not self._wanted(name):
+                continue
+            try:
+                os.remove(os.path.join(self.directory, name))
+                self.files_deleted += 1
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                failed += 1
+                if failed == 1:
+                    log.warning("DirectorySource: could not delete consumed %s: %s", name, exc)
 
     @staticmethod
     def merge_state_dicts(states: list[dict[str, Any]]) -> dict[str, Any]:
