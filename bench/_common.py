@@ -16,6 +16,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
+def free_port() -> int:
+    """A free TCP port on localhost (for a gloo process group's MASTER_PORT)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def machine() -> dict:
     """CPU model, core count, torch version and threads: recorded with every result."""
     cpu = platform.processor() or "unknown"

@@ -38,7 +38,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DOC, machine, write_result  # noqa: E402
+from _common import DOC, free_port, machine, write_result  # noqa: E402
 
 EPOCHS = 8
 BATCH = 100
@@ -246,14 +246,6 @@ def _ddp_worker(
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _summary(results: dict[str, list], base: str, cpu_key: str) -> dict[str, dict]:
     out = {}
     for name, runs in results.items():
@@ -344,7 +336,7 @@ def main() -> None:
         print(f"DDP, 2 processes: {list(DDP)}")
         mp.spawn(
             _ddp_worker,
-            args=(2, _free_port(), seeds, args.epochs, str(out), WIDTH, BATCH),
+            args=(2, free_port(), seeds, args.epochs, str(out), WIDTH, BATCH),
             nprocs=2,
             join=True,
         )

@@ -27,7 +27,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import boost as B  # noqa: E402
-from _common import write_result  # noqa: E402
+from _common import free_port, write_result  # noqa: E402
 
 TIMES: dict[str, float] = collections.defaultdict(float)
 
@@ -93,11 +93,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = str(Path(__file__).resolve().parent / "results" / ".boost_phases")
     mp.spawn(_worker, args=(port, args.variants, args.epochs, args.reps, out), nprocs=2)
     ranks = []

@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result  # noqa: E402
+from _common import free_port, write_result  # noqa: E402
 
 
 def _work(ms: float) -> None:
@@ -82,11 +82,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = str(Path(__file__).resolve().parent / "results" / ".collectives.pt")
     mp.spawn(_worker, args=(port, args, out), nprocs=2, join=True)
     res = torch.load(out)
