@@ -93,6 +93,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             },
             os.path.join(out_dir, f"rank{rank}.pt"),
         )
+        dist.barrier()  # neither rank tears gloo down while the other still talks
     finally:
         dist.destroy_process_group()
 

@@ -151,6 +151,7 @@ def _worker(rank: int, init_file: str, out: str, port: int) -> None:
         results["lightning"] = _lightning_o2(rank)
         results["lightning_o1"] = _lightning_o2(rank, "O1")
         torch.save(results, os.path.join(out, f"rank{rank}.pt"))
+        dist.barrier()  # neither rank tears gloo down while the other still talks
     finally:
         dist.destroy_process_group()
 

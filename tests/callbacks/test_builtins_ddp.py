@@ -40,6 +40,7 @@ def _worker(rank: int, world: int, port: int, out: Any) -> None:
             rl.on_train_epoch_end(rc)
             stops.append(rc.get_stop_requested())
         out.put((rank, es.best, stops, opt.param_groups[0]["lr"]))
+        dist.barrier()  # neither rank tears gloo down while the other still talks
     finally:
         dist.destroy_process_group()
 
