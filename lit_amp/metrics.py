@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from torchmetrics import Metric
 from torchmetrics.functional.classification import binary_auroc, multiclass_auroc
-from torchmetrics.utilities import dim_zero_cat
+from torchmetrics.utilities import dim_zero_cat, dim_zero_sum
 
 __all__ = [
     "Accuracy",
@@ -250,6 +250,41 @@ class _MetricBase(Metric):
     def _add(self, name: str, value: torch.Tensor) -> None:
         state = getattr(self, name)
         setattr(self, name, state + value.to(device=state.device, dtype=state.dtype))
+
+    def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
+        """Before torchmetrics gathers the states, a rank that saw no sample is brought to the
+        others' layout: its ``"cat"`` states get an empty tensor of their dtype and trailing
+        shape (torchmetrics would make it 1-D float32), and its ``"sum"`` states that are
+        still the scalar default become zeros of their shape (per-class counts grow at the
+        first update). Without this, the gather does not match across ranks: a crash or a
+        hang in the middle of an evaluation (an uneven stream's last validation)."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            group = process_group or self.process_group
+            mine: dict[str, Any] = {}
+            for attr in self._reductions:
+                value = getattr(self, attr)
+                first = value[0] if isinstance(value, list) and value else value
+                if torch.is_tensor(first):
+                    mine[attr] = (first.dtype, tuple(first.shape))
+            layouts: list[Any] = [None] * dist.get_world_size(group)
+            dist.all_gather_object(layouts, mine, group=group)
+            for attr, fx in self._reductions.items():
+                value = getattr(self, attr)
+                known = [lay[attr] for lay in layouts if attr in lay]
+                if not known:
+                    continue
+                if fx is dim_zero_cat and isinstance(value, list) and not value:
+                    dtype, shape = known[0]
+                    empty = torch.empty((0, *shape[1:]), dtype=dtype, device=self.device)
+                    setattr(self, attr, [empty])
+                elif fx is dim_zero_sum and torch.is_tensor(value) and value.ndim == 0:
+                    dtype, shape = max(known, key=lambda k: len(k[1]))
+                    if shape and not bool(value):  # an untouched default: zero is neutral
+                        setattr(self, attr, torch.zeros(shape, dtype=dtype, device=self.device))
+        kwargs = {} if dist_sync_fn is None else {"dist_sync_fn": dist_sync_fn}
+        super()._sync_dist(process_group=process_group, **kwargs)
 
 
 # --------------------------------------------------------------------------------------

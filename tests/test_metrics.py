@@ -605,14 +605,17 @@ def _ddp_metrics() -> dict[str, torchmetrics.Metric]:
     return metrics
 
 
-def _ddp_worker(rank: int, world_size: int, port: int, expected: dict) -> None:
+def _ddp_worker(
+    rank: int, world_size: int, port: int, expected: dict, all_on_rank0: bool = False
+) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         metrics = _ddp_metrics()
         for i, outputs in enumerate(_ddp_batches()):
-            if i % world_size == rank:
+            owner = 0 if all_on_rank0 else i % world_size
+            if owner == rank:
                 update_metrics(metrics, outputs, eval_indexes=[0, 1, 2])
         for name, m in metrics.items():
             np.testing.assert_allclose(_value(m), expected[name], rtol=1e-10, err_msg=name)
@@ -627,9 +630,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ddp_sync_equals_single_process():
+@pytest.mark.parametrize("all_on_rank0", [False, True], ids=["split", "rank1_saw_nothing"])
+def test_ddp_sync_equals_single_process(all_on_rank0):
+    """Also when one rank saw no sample at all (an uneven stream's last validation): its empty
+    "cat" states (AUC's float64 (N, C) scores) must still gather with the other rank's."""
     metrics = _ddp_metrics()
     for outputs in _ddp_batches():
         update_metrics(metrics, outputs, eval_indexes=[0, 1, 2])
     expected = {name: _value(m) for name, m in metrics.items()}
-    mp.spawn(_ddp_worker, args=(2, _free_port(), expected), nprocs=2, join=True)
+    mp.spawn(
+        _ddp_worker, args=(2, _free_port(), expected, all_on_rank0), nprocs=2, join=True
+    )

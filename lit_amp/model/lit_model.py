@@ -481,13 +481,20 @@ class LitModel(L.LightningModule):
         for name, m in self.metric_fns.items():
             results[name] = metric_value_to_python(m.compute())
         eval_loss = None
-        if self._eval_loss_n:
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if self._eval_loss_n or world > 1:
+            # under DDP every rank reduces, also one that evaluated no batch (else the others
+            # would wait for it)
+            device = self.trainer.strategy.root_device if world > 1 else None
             total = self._eval_loss_sum
+            if total is None:
+                total = torch.zeros((), device=device)
             n = torch.tensor(float(self._eval_loss_n), device=total.device)
-            if self.trainer.world_size > 1:
+            if world > 1:
                 total = self.trainer.strategy.reduce(total, reduce_op="sum")
                 n = self.trainer.strategy.reduce(n, reduce_op="sum")
-            eval_loss = float(total / n)
+            if float(n) > 0:
+                eval_loss = float(total / n)
         scalars = {k: v for k, v in results.items() if isinstance(v, float)}
         if eval_loss is not None:
             scalars["eval_loss"] = eval_loss

@@ -385,10 +385,14 @@ class OnlineLoop(L.Callback):
         o = self.opts
         if o.valid_dataset is None:
             batches: Any = self.stream.holdout(o.valid_window)
+            # under DDP every rank evaluates if any has a batch (a rank whose shard ran dry
+            # evaluates none): metrics and loss are reduced across ranks, so a rank that
+            # skipped would leave the others waiting for it
+            (anyone,) = self._reduce_max([1 if batches else 0])
+            if not anyone:
+                return
         else:
             batches = o.valid_dataset
-        if o.valid_dataset is None and not batches:
-            return
         cb = self.cb
         saved = {
             k: cb.get(k)

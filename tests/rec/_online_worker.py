@@ -23,6 +23,19 @@ from lit_amp.rec import RecModel, WideDeep
 from lit_amp.rec.sources import DirectorySource
 
 
+class LogEval(Callback):
+    """Appends ``step metric=value ...`` after every validation (the eval callbacks' hook)."""
+
+    def __init__(self, path: str) -> None:
+        self.f = open(path, "a", buffering=1)
+
+    def on_eval_end(self, run_context):
+        cb = run_context.original_args()
+        metrics = cb.get("metrics") or {}
+        self.f.write(f"{cb.cur_step_num} " + " ".join(f"{k}={v}" for k, v in metrics.items()))
+        self.f.write("\n")
+
+
 class LogIds(Callback):
     def __init__(self, path: str, sleep: float) -> None:
         self.f = open(path, "a", buffering=1)  # line-buffered: each line is written at once
@@ -48,6 +61,7 @@ def main() -> None:
     p.add_argument("--ddp", type=int, default=0)
     p.add_argument("--wait-for", default=None, help="start training once this file exists")
     p.add_argument("--delete-consumed", action="store_true")
+    p.add_argument("--valid-every", type=int, default=0, help="validate on a held-out window")
     a = p.parse_args()
     if a.wait_for:  # started early so that the imports above overlap another run
         while not os.path.exists(a.wait_for):
@@ -60,9 +74,17 @@ def main() -> None:
     if a.ddp:
         trainer = {"accelerator": "cpu", "devices": a.ddp, "strategy": "ddp"}
         log = f"{a.log}.rank{os.environ['LOCAL_RANK']}"
+    metrics = {"auc", "loss"} if a.valid_every else None
     model = RecModel(
-        net, nn.BCEWithLogitsLoss(), torch.optim.Adam(net.parameters(), 1e-2), trainer=trainer
+        net,
+        nn.BCEWithLogitsLoss(),
+        torch.optim.Adam(net.parameters(), 1e-2),
+        metrics=metrics,
+        trainer=trainer,
     )
+    valid = {}
+    if a.valid_every:
+        valid = {"valid_every_n_steps": a.valid_every, "valid_window": 1}
     src = DirectorySource(
         a.data,
         batch_size=a.batch,
@@ -72,10 +94,11 @@ def main() -> None:
     )
     summary = model.online_train(
         src,
-        callbacks=[LogIds(log, a.sleep)],
+        callbacks=[LogIds(log, a.sleep), *([LogEval(log + ".eval")] if a.valid_every else [])],
         ckpt_dir=a.ckpt,
         ckpt_every_n_steps=a.ckpt_every,
         keep_checkpoint_max=3,
+        **valid,
     )
     print("SUMMARY " + json.dumps(dataclasses.asdict(summary)), flush=True)
     sys.exit(0)

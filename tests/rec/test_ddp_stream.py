@@ -43,9 +43,9 @@ def _uneven_files(directory: Path, per_shard: tuple[int, int], per_file: int) ->
     return names
 
 
-def test_ddp_on_an_uneven_stream_finishes_with_equal_steps(tmp_path):
+def _run_two_ranks(tmp_path: Path, extra: list[str]) -> list[dict]:
+    """Both ranks of ``_online_worker.py`` under DDP; returns their summaries."""
     data, ckpt, log = tmp_path / "data", tmp_path / "ckpt", tmp_path / "trained.log"
-    names = _uneven_files(data, per_shard=(5, 2), per_file=10)
     port = _free_port()
     procs = []
     for rank in (0, 1):
@@ -75,7 +75,7 @@ def test_ddp_on_an_uneven_stream_finishes_with_equal_steps(tmp_path):
             "0.5",
             "--ddp",
             "2",
-            "--delete-consumed",
+            *extra,
         ]
         procs.append(
             subprocess.Popen(
@@ -91,9 +91,16 @@ def test_ddp_on_an_uneven_stream_finishes_with_equal_steps(tmp_path):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for rc, out, err in outs:
-        assert rc == 0, (out + err)[-4000:]
-    summaries = [json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0]) for _, out, _ in outs]
+    assert all(rc == 0 for rc, _, _ in outs), "\n".join(
+        f"--- rank {r} (exit {rc}):\n{(out + err)[-3000:]}" for r, (rc, out, err) in enumerate(outs)
+    )
+    return [json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0]) for _, out, _ in outs]
+
+
+def test_ddp_on_an_uneven_stream_finishes_with_equal_steps(tmp_path):
+    data, ckpt = tmp_path / "data", tmp_path / "ckpt"
+    names = _uneven_files(data, per_shard=(5, 2), per_file=10)
+    summaries = _run_two_ranks(tmp_path, ["--delete-consumed"])
     # every rank stepped twice: the short shard (2 files) bounds both
     assert [s["steps"] for s in summaries] == [2, 2]
     assert summaries[0]["stop_reason"] == "peer_stopped"
@@ -110,3 +117,22 @@ def test_ddp_on_an_uneven_stream_finishes_with_equal_steps(tmp_path):
     # checkpoint counts as consumed; rank 0's untrained files are all still there
     left = sorted(p.name for p in data.iterdir() if p.name.startswith("part-"))
     assert left == sorted(names[0])[2:]
+
+
+def test_ddp_validation_on_held_out_windows_of_an_uneven_stream(tmp_path):
+    """Every step validates on the next batch of each rank's shard; rank 1's shard runs dry
+    first, so at some validation it has no batch to hold out while rank 0 has one: both
+    must still evaluate together (metrics and loss are reduced across ranks) and finish."""
+    names = _uneven_files(tmp_path / "data", per_shard=(5, 2), per_file=10)
+    assert len(names[1]) == 2
+    summaries = _run_two_ranks(tmp_path, ["--valid-every", "1"])
+    assert [s["steps"] for s in summaries] == [2, 2]
+    evals = [(tmp_path / f"trained.log.rank{r}.eval").read_text().splitlines() for r in (0, 1)]
+    # one validation per step on both ranks, with the same (reduced) values on both; each
+    # line starts with the number of batches that rank evaluated
+    assert len(evals[0]) == len(evals[1]) == 2
+    counts = [[int(line.split()[0]) for line in e] for e in evals]
+    assert counts == [[1, 1], [1, 0]]  # the second time, rank 1 had nothing to hold out
+    values = [[line.split(None, 1)[1] for line in e] for e in evals]
+    assert values[0] == values[1]
+    assert all("auc=" in v and "loss=" in v for v in values[0])
