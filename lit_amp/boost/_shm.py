@@ -42,6 +42,33 @@ log = logging.getLogger(__name__)
 
 SHM_DIR = "/dev/shm"
 DEFAULT_TIMEOUT_S = 1800.0  # gloo's default collective timeout
+LIVENESS_EVERY_S = 1.0  # while waiting, how often to check that the late ranks still run
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie - exited, not yet reaped - counts as dead);
+    when it cannot be told, it is assumed to run."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def _host_id() -> str:
@@ -73,8 +100,9 @@ class ShmAllGather:
     Raises:
         RuntimeError: from :meth:`__init__` (on every rank alike) when a rank cannot map the
             file or the ranks do not share it, e.g. containers with private ``/dev/shm``
-            (check :meth:`usable` first), and from :meth:`all_gather` when a rank stays away
-            longer than ``timeout_s``.
+            (check :meth:`usable` first), and from :meth:`all_gather` when a rank it waits for
+            has exited (checked every second, when the ranks share a pid namespace) or stays
+            away longer than ``timeout_s``.
     """
 
     def __init__(self, numel: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
@@ -95,8 +123,13 @@ class ShmAllGather:
             buf = torch.from_file(self.path, shared=True, size=floats, dtype=torch.float32)
         except Exception as exc:  # noqa: BLE001 - reported to every rank below
             err = f"rank {self.rank}: {exc}"
-        errors: list[Any] = [None] * self.world
-        dist.all_gather_object(errors, err)  # every rank has mapped it (or failed) past here
+        infos: list[Any] = [None] * self.world
+        # every rank has mapped it (or failed) past here; the pids let a waiting rank notice
+        # that a peer died (gloo would see its socket close), if all share a pid namespace
+        dist.all_gather_object(infos, (err, os.getpid(), _pid_namespace()))
+        errors = [e for e, _, _ in infos]
+        same_ns = len({ns for _, _, ns in infos}) == 1 and infos[0][2] is not None
+        self.pids: list[int] | None = [pid for _, pid, _ in infos] if same_ns else None
         try:  # whoever comes first removes the name; the mappings stay
             os.unlink(self.path)
         except OSError:
@@ -153,12 +186,27 @@ class ShmAllGather:
         return rows[:, :m]
 
     def _wait(self, k: int) -> None:
-        deadline = time.monotonic() + self.timeout_s
+        start = time.monotonic()
+        deadline = start + self.timeout_s
+        next_check = start + LIVENESS_EVERY_S
         spins = 0
         while int(self.flags.min()) < k:
             os.sched_yield()
             spins += 1
-            if spins % 4096 == 0 and time.monotonic() > deadline:
+            if spins % 1024:
+                continue
+            now = time.monotonic()
+            if now >= next_check and self.pids is not None:
+                next_check = now + LIVENESS_EVERY_S
+                late = [r for r, f in enumerate(self.flags.tolist()) if f < k]
+                dead = [r for r in late if not _alive(self.pids[r])]
+                if dead:
+                    raise RuntimeError(
+                        f"AdaSum: rank(s) {dead} (pid {[self.pids[r] for r in dead]}) exited "
+                        f"while rank {self.rank} waited for them in the shared-memory exchange "
+                        f"#{k}."
+                    )
+            if now > deadline:
                 late = [r for r, f in enumerate(self.flags.tolist()) if f < k]
                 raise RuntimeError(
                     f"AdaSum: rank {self.rank} waited more than {self.timeout_s:g} s in the "

@@ -131,6 +131,28 @@ def test_shared_memory_exchange_two_processes(tmp_path):
     assert r0["not_shared"]["auto_channel"] is None and r1["not_shared"]["auto_channel"] is None
 
 
+def _dying_peer_worker(rank: int, init_file: str, out: str) -> None:
+    _init(rank, init_file)
+    ch = ShmAllGather(16, timeout_s=120.0)
+    if rank == 1:
+        os._exit(0)  # dies without ever exchanging (a crash, an OOM kill, ...)
+    t = time.monotonic()
+    try:
+        ch.all_gather(torch.zeros(4))
+        msg = "no error"
+    except RuntimeError as exc:
+        msg = str(exc)
+    torch.save({"msg": msg, "waited_s": time.monotonic() - t}, os.path.join(out, "rank0.pt"))
+    os._exit(0)  # no gloo teardown with a dead peer
+
+
+def test_a_rank_that_dies_is_noticed_within_seconds_not_at_the_timeout(tmp_path):
+    mp.spawn(_dying_peer_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
+    r0 = torch.load(tmp_path / "rank0.pt")
+    assert "rank(s) [1]" in r0["msg"] and "exited" in r0["msg"]
+    assert r0["waited_s"] < 15.0  # gloo would notice the closed socket; 120 s is the timeout
+
+
 def test_transport_argument_is_checked():
     with pytest.raises(ValueError, match="'transport' must be one of"):
         AdaSum(transport="tcp")
