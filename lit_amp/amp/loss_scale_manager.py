@@ -39,6 +39,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lit_amp.amp.loss_scaler import _check_positive_int
+
 __all__ = [
     "LossScaleManager",
     "FixedLossScaleManager",
@@ -78,17 +80,6 @@ def _check_scale(name: str, value: Any, cls: str) -> float:
             f"{cls}: the argument '{name}' must be a finite number >= 1, but got {value!r}."
         )
     return v
-
-
-def _check_positive_int(name: str, value: Any, cls: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"{cls}: the argument '{name}' must be a positive int, but got {value!r} of type "
-            f"{type(value).__name__}."
-        )
-    if value <= 0:
-        raise ValueError(f"{cls}: the argument '{name}' must be a positive int, but got {value}.")
-    return value
 
 
 def _check_factor(value: Any, cls: str) -> float:
