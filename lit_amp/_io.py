@@ -1,0 +1,258 @@
+"""File I/O in one place: atomic writes and MindSpore's checkpoint functions (pure PyTorch).
+
+:func:`atomic_write` is the only way lit_amp writes a file a reader may open at any moment
+(checkpoints, published weights, cursors, results): the bytes go to a temp file of lit_amp's
+own prefix (:data:`TMP_PREFIX`) in the target folder, are flushed and ``fsync``\ ed, renamed
+over the target (atomic on POSIX) and the folder is ``fsync``\ ed, so after a crash or a power
+cut the target holds either the old or the new content, never a torn one. A failed write
+(full disk, I/O error) leaves the old file in place and raises an ``OSError`` naming the file
+and the free space; :func:`remove_stale_temps` deletes temp files a killed process left.
+
+A checkpoint is a ``torch.save``\ d dict::
+
+    {"network": <state_dict>, "optimizer": <state_dict or absent>,
+     "loss_scale": <state or absent>, "append_info": {...}, "format": "lit_amp/1"}
+
+Objects that know more than their ``state_dict`` (the train-step module holds the network,
+the optimizer and the loss-scale state) implement ``checkpoint_state()`` and
+``load_checkpoint_state(state)``; plain modules are saved as ``{"network": state_dict}``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import IO, Any
+
+import torch
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "TMP_PREFIX",
+    "atomic_write",
+    "load_checkpoint",
+    "load_param_into_net",
+    "remove_stale_temps",
+    "save_checkpoint",
+]
+
+CHECKPOINT_FORMAT = "lit_amp/1"
+
+#: prefix of every temp file lit_amp writes; :func:`remove_stale_temps` removes only these
+TMP_PREFIX = ".tmp-lit_amp-"
+
+_NO_SPACE_HINTS = ("unexpected pos", "No space left", "file write failed")
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some filesystems refuse fsync on a directory
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_failure(path: str, tmp: str, exc: BaseException) -> OSError | None:
+    """An ``OSError`` naming ``path`` when ``exc`` is a full disk or an I/O error, else None."""
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    if code not in (errno.ENOSPC, errno.EDQUOT, errno.EIO) and not any(
+        h in text for h in _NO_SPACE_HINTS
+    ):
+        return None
+    directory = os.path.dirname(path) or "."
+    free = shutil.disk_usage(directory).free
+    written = os.path.getsize(tmp) if os.path.exists(tmp) else 0
+    code = code if code in (errno.EDQUOT, errno.EIO) else errno.ENOSPC
+    what = os.strerror(code)
+    return OSError(
+        code,
+        f"writing {path!r} failed: {what} ({free} bytes free in {directory!r}, at least "
+        f"{written} bytes needed, more than were written when it failed); the previous "
+        f"content of {path!r} is unchanged. Free space or choose another directory.",
+    )
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any], *,
+                 fsync: bool = True) -> str:
+    """Write ``path`` atomically: ``write(f)`` fills a temp file that replaces ``path``.
+
+    Args:
+        path: the target file; its folder is created if missing.
+        write: called once with a binary file object open for writing.
+        fsync: flush file and folder to stable storage before returning (the default;
+            a checkpoint that only sits in the page cache is lost by a power cut).
+
+    Returns:
+        ``path`` as a str.
+
+    Raises:
+        OSError: the disk is full or failed (the message names the file and the free
+            space); the previous content of ``path`` is kept.
+
+    Example:
+        >>> import os, tempfile
+        >>> p = atomic_write(os.path.join(tempfile.mkdtemp(), "a.bin"), lambda f: f.write(b"x"))
+        >>> open(p, "rb").read()
+        b'x'
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=directory)
+    try:
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                if fsync:
+                    os.fsync(f.fileno())
+        except (OSError, RuntimeError) as exc:
+            failure = _write_failure(path, tmp, exc)
+            if failure is None:
+                raise
+            raise failure from exc
+        os.replace(tmp, path)
+        if fsync:
+            _fsync_dir(directory)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def remove_stale_temps(directory: str | os.PathLike) -> list[str]:
+    """Delete the temp files of lit_amp's prefix in ``directory`` (left by a killed writer).
+
+    Call it only where no other lit_amp process is writing into ``directory`` at the time.
+
+    Returns:
+        The paths removed.
+
+    Example:
+        >>> import os, tempfile
+        >>> d = tempfile.mkdtemp(); open(os.path.join(d, TMP_PREFIX + "x"), "w").close()
+        >>> [os.path.basename(p) for p in remove_stale_temps(d)]
+        ['.tmp-lit_amp-x']
+    """
+    directory = os.fspath(directory)
+    removed = []
+    if not os.path.isdir(directory):
+        return removed
+    for name in os.listdir(directory):
+        full = os.path.join(directory, name)
+        if name.startswith(TMP_PREFIX) and os.path.isfile(full):
+            try:
+                os.remove(full)
+                removed.append(full)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def _state_of(save_obj: Any) -> dict:
+    if hasattr(save_obj, "checkpoint_state"):
+        return dict(save_obj.checkpoint_state())
+    if isinstance(save_obj, torch.nn.Module):
+        return {"network": save_obj.state_dict()}
+    if isinstance(save_obj, dict):
+        return {"network": dict(save_obj)}
+    raise TypeError(
+        "save_checkpoint: 'save_obj' must be a torch.nn.Module, a dict of tensors or an object "
+        f"with checkpoint_state(), but got {type(save_obj).__name__}."
+    )
+
+
+def save_checkpoint(save_obj: Any, ckpt_file_name: str, append_dict: dict | None = None) -> str:
+    """Save ``save_obj`` to ``ckpt_file_name`` atomically (write to a temp file, then rename).
+
+    Args:
+        save_obj: a module, a dict name -> tensor, or an object with ``checkpoint_state()``.
+        ckpt_file_name: the file to write; ``.ckpt`` is appended when missing.
+        append_dict: extra values stored under ``"append_info"``.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = save_checkpoint(torch.nn.Linear(2, 2), os.path.join(tempfile.mkdtemp(), "a"))
+        >>> sorted(load_checkpoint(p))[:1]
+        ['append_info']
+    """
+    if not isinstance(ckpt_file_name, (str, os.PathLike)):
+        raise TypeError(
+            f"save_checkpoint: 'ckpt_file_name' must be a str path, but got "
+            f"{type(ckpt_file_name).__name__}."
+        )
+    path = os.fspath(ckpt_file_name)
+    if not path.endswith(".ckpt"):
+        path += ".ckpt"
+    state = _state_of(save_obj)
+    state["append_info"] = dict(append_dict or {})
+    state["format"] = CHECKPOINT_FORMAT
+    return atomic_write(path, lambda f: torch.save(state, f))
+
+
+def load_checkpoint(
+    ckpt_file_name: str, net: Any = None, strict_load: bool = False, *, weights_only: bool = True
+) -> dict:
+    """Read a checkpoint written by :func:`save_checkpoint` (or by Lightning).
+
+    Args:
+        ckpt_file_name: the file.
+        net: if given, the network (or an object with ``load_checkpoint_state``) is loaded.
+        strict_load: passed to ``load_state_dict(strict=...)`` for a plain module.
+        weights_only: unpickle tensors and plain containers only (safe for files from
+            elsewhere); pass False only for a trusted file holding arbitrary objects.
+
+    Returns:
+        The checkpoint dict.
+
+    Raises:
+        ValueError: the file does not exist or is not a checkpoint.
+    """
+    path = os.fspath(ckpt_file_name)
+    if not os.path.isfile(path):
+        raise ValueError(f"load_checkpoint: 'ckpt_file_name' {path!r} does not exist.")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as exc:  # pickle.UnpicklingError and friends
+        raise ValueError(
+            f"load_checkpoint: {path!r} could not be read with weights_only={weights_only} "
+            f"({type(exc).__name__}: {exc}); if the file is trusted, pass weights_only=False."
+        ) from exc
+    if not isinstance(state, dict):
+        raise ValueError(f"load_checkpoint: {path!r} does not hold a checkpoint dict.")
+    if "network" not in state and "state_dict" in state:  # a Lightning checkpoint
+        state = dict(state)
+        state["network"] = state["state_dict"]
+    if net is not None:
+        load_param_into_net(net, state, strict_load=strict_load)
+    return state
+
+
+def load_param_into_net(net: Any, parameter_dict: dict, strict_load: bool = False) -> list[str]:
+    """Load a checkpoint dict (or a plain state dict) into ``net``.
+
+    Returns:
+        The names of ``net``'s parameters that were not found in ``parameter_dict``.
+    """
+    if hasattr(net, "load_checkpoint_state") and "format" in parameter_dict:
+        net.load_checkpoint_state(parameter_dict)
+        return []
+    if not isinstance(net, torch.nn.Module):
+        raise TypeError(
+            f"load_param_into_net: 'net' must be a torch.nn.Module, but got {type(net).__name__}."
+        )
+    sd = parameter_dict.get("network", parameter_dict)
+    result = net.load_state_dict(sd, strict=strict_load)
+    return list(result.missing_keys)
