@@ -2,13 +2,13 @@
 
 :func:`atomic_write` is the only way lit_amp writes a file a reader may open at any moment
 (checkpoints, published weights, cursors, results): the bytes go to a temp file of lit_amp's
-own prefix (:data:`TMP_PREFIX`) in the target folder, are flushed and ``fsync``\ ed, renamed
-over the target (atomic on POSIX) and the folder is ``fsync``\ ed, so after a crash or a power
+own prefix (:data:`TMP_PREFIX`) in the target folder, are flushed and fsync-ed, renamed
+over the target (atomic on POSIX) and the folder is fsync-ed, so after a crash or a power
 cut the target holds either the old or the new content, never a torn one. A failed write
 (full disk, I/O error) leaves the old file in place and raises an ``OSError`` naming the file
 and the free space; :func:`remove_stale_temps` deletes temp files a killed process left.
 
-A checkpoint is a ``torch.save``\ d dict::
+A checkpoint is a torch-saved dict::
 
     {"network": <state_dict>, "optimizer": <state_dict or absent>,
      "loss_scale": <state or absent>, "append_info": {...}, "format": "lit_amp/1"}

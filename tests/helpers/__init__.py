@@ -1,0 +1,1 @@
+"""Shared test helpers: small seeded data and nets, and a 2-process gloo harness."""
