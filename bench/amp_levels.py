@@ -51,7 +51,7 @@ from _common import DOC, write_result  # noqa: E402
 
 from lit_amp.amp.build import WithLossCellAmp, build_train_network  # noqa: E402
 from lit_amp.amp.cells import TrainOneStepCell  # noqa: E402
-from lit_amp.amp.mixed_precision import auto_mixed_precision  # noqa: E402
+from lit_amp.amp.convert import auto_mixed_precision  # noqa: E402
 from lit_amp.nets import CNN1D, MLP  # noqa: E402
 
 TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 32)}
@@ -115,7 +115,7 @@ def raw_variants(spec: dict, x: torch.Tensor, y: torch.Tensor) -> dict[str, Call
 def lightning_variants(spec: dict, x: torch.Tensor, y: torch.Tensor) -> dict[str, Callable]:
     import lightning.pytorch as pl
 
-    from lit_amp.plugins.amp_precision import AmpPrecision
+    from lit_amp.plugins.precision.amp import AmpPrecision
 
     class LM(pl.LightningModule):
         def __init__(self) -> None:

@@ -40,8 +40,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DOC, machine, write_result  # noqa: E402
 
-from lit_amp.amp.loss_scale_controller import LossScaleController  # noqa: E402
-from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager  # noqa: E402
+from lit_amp.amp.loss_scale.controller import LossScaleController  # noqa: E402
+from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager  # noqa: E402
 
 TARGET = 1.05
 

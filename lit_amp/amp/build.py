@@ -41,8 +41,8 @@ import torch
 from torch import nn
 
 from lit_amp.amp.cells import TrainOneStepCell, WithLossCell
-from lit_amp.amp.config import UNSET, AmpConfig, apply_amp_config, resolve_amp_config
-from lit_amp.amp.mixed_precision import validate_amp_level
+from lit_amp.amp.convert import apply_amp_config
+from lit_amp.amp.levels import UNSET, AmpConfig, resolve_amp_config, validate_amp_level
 
 __all__ = [
     "build_train_network",
@@ -106,7 +106,7 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
         return_outputs: return ``(loss, overflow, scale)`` (True) or the loss only.
 
     Example:
-        >>> from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager
+        >>> from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
         >>> net = nn.Linear(3, 1)
         >>> cell = TrainOneStepWithLossScaleCell(
         ...     WithLossCell(net, nn.MSELoss()), torch.optim.SGD(net.parameters(), lr=0.1),
@@ -125,8 +125,8 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
         return_outputs: bool = True,
     ) -> None:
         super().__init__(network, optimizer, sens=1.0)
-        from lit_amp.amp.loss_scale_controller import LossScaleController
-        from lit_amp.amp.loss_scale_manager import FixedLossScaleManager, LossScaleManager
+        from lit_amp.amp.loss_scale.controller import LossScaleController
+        from lit_amp.amp.loss_scale.managers import FixedLossScaleManager, LossScaleManager
 
         if isinstance(scale_sense, LossScaleController):
             controller = scale_sense
@@ -194,7 +194,7 @@ def _check_args(network: Any, optimizer: Any, loss_fn: Any, level: Any, boost_le
             f"For '{func}', the argument 'loss_fn' must be None, an nn.Module or a callable, "
             f"but got {type(loss_fn).__name__}."
         )
-    validate_amp_level(level, "level")
+    validate_amp_level(level, "level", "build_train_network")
     if not isinstance(boost_level, str):
         raise TypeError(
             f"For '{func}', the argument 'boost_level' must be a str, "
@@ -223,7 +223,7 @@ def build_train_network(
 ) -> nn.Module:
     """Build a mixed-precision train step (MindSpore's ``amp.build_train_network``).
 
-    The network is converted in place for ``level`` (see :mod:`lit_amp.amp.config` for the
+    The network is converted in place for ``level`` (see :mod:`lit_amp.amp.levels` for the
     level table), the loss is computed in float32 whenever the network is converted, and the
     step is wrapped with loss scaling when a loss-scale manager applies.
 
@@ -242,7 +242,7 @@ def build_train_network(
     Returns:
         A callable train-step module: ``step(*batch)`` returns the loss, or
         ``(loss, overflow, scale)`` with a manager that has an update cell. Its attribute
-        ``amp_config`` holds the resolved :class:`~lit_amp.amp.config.AmpConfig`.
+        ``amp_config`` holds the resolved :class:`~lit_amp.amp.levels.AmpConfig`.
 
     Raises:
         TypeError: wrong type of ``network``, ``optimizer``, ``loss_fn``, ``level``,

@@ -14,9 +14,9 @@ MindSpore's ``boost.GroupLossScaleManager(init_loss_scale, loss_scale_groups)`` 
   ``1/sqrt(2)``, the others by ``2**(1/1000)``; the optimizer runs only if no group overflowed.
 
 Built on lit_amp's loss-scaling machinery: :class:`GroupLossScaleManager` is a
-:class:`~lit_amp.amp.loss_scale_manager.LossScaleManager` (so ``LitModel(...,
+:class:`~lit_amp.amp.loss_scale.managers.LossScaleManager` (so ``LitModel(...,
 loss_scale_manager=manager)``, ``AmpPrecision`` and
-:class:`~lit_amp.amp.loss_scale_controller.LossScaleController` accept it) and an
+:class:`~lit_amp.amp.loss_scale.controller.LossScaleController` accept it) and an
 ``nn.Module`` (the marker). Its :meth:`~GroupLossScaleManager.get_loss_scale` is 1.0 (the scale
 of the loss); the controller checks overflow on all gradients and skips the step; the update
 cell from :meth:`~GroupLossScaleManager.get_update_cell` moves each group's scale. Gradients
@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lit_amp.amp.loss_scale_manager import LossScaleManager
+from lit_amp.amp.loss_scale.managers import LossScaleManager
 
 __all__ = ["GroupLossScaleManager"]
 

@@ -9,18 +9,17 @@ import pytest
 import torch
 from torch import nn
 
-from lit_amp.amp import config as amp_config
-from lit_amp.amp.config import (
+from lit_amp.amp import levels as amp_config
+from lit_amp.amp.convert import apply_amp_config, auto_mixed_precision
+from lit_amp.amp.levels import (
     UNSET,
     AmpConfig,
-    apply_amp_config,
     cpu_has_native_bf16,
     default_amp_dtype,
     resolve_amp_config,
     validate_amp_level,
 )
-from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager, FixedLossScaleManager
-from lit_amp.amp.mixed_precision import auto_mixed_precision
+from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager, FixedLossScaleManager
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 

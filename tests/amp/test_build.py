@@ -14,8 +14,8 @@ from lit_amp.amp.build import (
     build_train_network,
 )
 from lit_amp.amp.cells import TrainOneStepCell, WithLossCell
-from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager, FixedLossScaleManager
-from lit_amp.amp.mixed_precision import auto_mixed_precision
+from lit_amp.amp.convert import auto_mixed_precision
+from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager, FixedLossScaleManager
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lit_amp.amp.convert import custom_mixed_precision
 from lit_amp.amp.lists import get_black_list, get_white_list
-from lit_amp.amp.mixed_precision import custom_mixed_precision
 
 F32, BF16 = torch.float32, torch.bfloat16
 

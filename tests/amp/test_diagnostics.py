@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
+from lit_amp.amp.convert import auto_mixed_precision
 from lit_amp.amp.diagnostics import OverflowDiagnostics
-from lit_amp.amp.loss_scale_controller import LossScaleController
-from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager
-from lit_amp.amp.mixed_precision import auto_mixed_precision
+from lit_amp.amp.loss_scale.controller import LossScaleController
+from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
 
 F16, BF16 = torch.float16, torch.bfloat16
 

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_amp.amp import mixed_precision as mp
-from lit_amp.amp.mixed_precision import (
+from lit_amp.amp import casting as mp
+from lit_amp.amp.convert import (
     auto_mixed_precision,
     get_amp_level,
     invalidate_cast_cache,
@@ -264,7 +264,7 @@ def test_remove_restores_fp32():
     "args, exc, match",
     [
         (("not a module", "O2"), TypeError, "'network' must be a torch.nn.Module"),
-        ((nn.Linear(2, 2), "O4"), ValueError, r"must be one of \['O0', 'O1', 'O2', 'O3', 'auto'\]"),
+        ((nn.Linear(2, 2), "O4"), ValueError, "must be one of 'O0', 'O1', 'O2', 'O3', 'auto'"),
         ((nn.Linear(2, 2), 2), TypeError, "must be a str"),
         ((nn.Linear(2, 2), "O2", torch.float32), ValueError, "float16 or torch.bfloat16"),
         ((nn.Linear(2, 2), "O2", "bf16"), ValueError, "but got 'bf16'"),
@@ -397,7 +397,7 @@ def test_mnist1d_o2_o3_within_one_point_of_o0():
     """MNIST-1D's CNN trained at O0, O2 and O3 (bf16 on CPU): same accuracy within 1 point."""
     mnist1d = pytest.importorskip("mnist1d.data")
     from lit_amp.amp.build import build_train_network
-    from lit_amp.nets import CNN1D
+    from lit_amp.demos import CNN1D
 
     d = mnist1d.make_dataset(mnist1d.get_dataset_args())
     x, y = torch.tensor(d["x"], dtype=F32), torch.tensor(d["y"]).long()

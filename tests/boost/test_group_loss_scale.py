@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lit_amp import LitModel
-from lit_amp.amp.loss_scale_controller import LossScaleController
+from lit_amp.amp.loss_scale.controller import LossScaleController
 from lit_amp.boost import AutoBoost, GroupLossScaleManager
 
 

@@ -13,10 +13,12 @@ from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager, FixedLossScaleManager
-from lit_amp.amp.mixed_precision import auto_mixed_precision
-from lit_amp.plugins.amp_precision import STATE_KEY, AmpPrecision
-from lit_amp.plugins.fsdp_precision import AmpFSDPPrecision
+from lit_amp.amp.convert import auto_mixed_precision
+from lit_amp.amp.levels import resolve_amp_config
+from lit_amp.amp.loss_scale.controller import LossScaleController
+from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager, FixedLossScaleManager
+from lit_amp.plugins.precision.amp import STATE_KEY, AmpPrecision
+from lit_amp.plugins.precision.fsdp import AmpFSDPPrecision
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
@@ -298,3 +300,41 @@ def test_ddp_two_cpu_processes(tmp_path):
     for info in infos:
         assert info["same_params"] and info["converted"] and info["fp32_storage"], info
     assert infos[0]["scale"] == infos[1]["scale"] == 2.0**10  # grew twice, identically
+
+
+# --------------------------------------------------------------------------- composition
+def test_unknown_keyword_names_the_allowed_ones():
+    with pytest.raises(TypeError, match=r"unknown keyword argument\(s\) \['keep_bn'\].*"
+                                        r"keep_batchnorm_fp32.*overflow_diagnostics"):
+        AmpPrecision("O2", keep_bn=True)
+    with pytest.raises(TypeError, match="unknown keyword"):
+        AmpFSDPPrecision("O2", keep_bn=True)
+
+
+def test_injected_controller_is_used_as_is():
+    ctl = LossScaleController(FixedLossScaleManager(2.0**12))
+    plugin = AmpPrecision("O2", dtype=BF16, loss_scale=ctl)
+    trainer(plugin, max_steps=2).fit(LM(), loader())
+    assert plugin.controller is ctl and ctl.steps == 2 and plugin.loss_scale == 2.0**12
+
+
+def test_loss_scale_manager_alias_and_conflict():
+    manager = FixedLossScaleManager(2.0**5)
+    plugin = AmpPrecision("O2", loss_scale_manager=manager)
+    assert plugin.loss_scale_manager is manager
+    with pytest.raises(TypeError, match="not both"):
+        AmpPrecision("O2", loss_scale=manager, loss_scale_manager=manager)
+
+
+def test_resolved_config_replaces_level_and_options():
+    cfg = resolve_amp_config("O3", device="cpu", dtype=BF16)
+    plugin = AmpPrecision(amp=cfg)
+    assert plugin.config is cfg and plugin.level == "O3" and plugin.precision == "bf16-mixed"
+    lm = LM()
+    plugin.convert_module(lm)
+    lm.model(torch.randn(4, 8))
+    assert {r["layer"]: r["w"] for r in lm.record}[1] == BF16  # O3: BatchNorm low too
+    with pytest.raises(ValueError, match="already fixes"):
+        AmpPrecision(amp=cfg, keep_batchnorm_fp32=True)
+    with pytest.raises(TypeError, match="'amp' must be an AmpConfig"):
+        AmpPrecision(amp="O2")

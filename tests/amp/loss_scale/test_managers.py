@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_amp.amp.loss_scale_manager import (
+from lit_amp.amp.loss_scale.managers import (
     DynamicLossScaleManager,
     DynamicLossScaleUpdateCell,
     FixedLossScaleManager,
@@ -321,8 +321,17 @@ def test_error_message_names_value_and_allowed():
         DynamicLossScaleManager(init_loss_scale=0.5)
 
 
+@pytest.mark.parametrize("factor", [0.5, 1, 1.0])
+def test_scale_factor_must_exceed_one(factor):
+    # MindSpore accepts 0.5 silently: the scale then grows on overflow and shrinks when stable
+    with pytest.raises(ValueError, match=r"'scale_factor' must be a finite number > 1\.0"):
+        DynamicLossScaleManager(2.0**8, factor, 10)
+    with pytest.raises(ValueError, match="'scale_factor'"):
+        DynamicLossScaleUpdateCell(2.0**8, factor, 10)
+
+
 def test_dynamic_manager_accepts_mindspore_values():
-    DynamicLossScaleManager(1, 1.5, 1)  # MindSpore accepts any factor > 0 and init == 1
+    DynamicLossScaleManager(1, 1.5, 1)  # any factor > 1, and init == 1
     DynamicLossScaleManager(init_loss_scale=2.0**15, max_loss_scale=2.0**15, min_loss_scale=2.0**15)
 
 

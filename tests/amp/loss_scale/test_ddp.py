@@ -1,20 +1,18 @@
-"""LossScaleController under torch.distributed: 2 CPU processes, gloo, torch.multiprocessing.
+"""LossScaleController under torch.distributed: 2 CPU processes, gloo (tests/helpers/dist.py).
 
 An overflow on one rank only must skip the step on both ranks and move both scales alike.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
-from lit_amp.amp.loss_scale_controller import LossScaleController
-from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager
+from lit_amp.amp.loss_scale.controller import LossScaleController
+from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
+from tests.helpers.dist import run_distributed
 
 WORLD = 2
 STEPS = 8
@@ -53,56 +51,35 @@ def _run(net, opt, ctl, rank, bad):
     return record
 
 
-def _worker(rank: int, init_file: str, out_dir: str) -> None:
+def _worker(rank: int, world: int) -> dict:
     torch.set_num_threads(1)  # two processes on a small shared machine
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    try:
-        # 1) plain per-rank models, no gradient all-reduce: only the flag all-reduce syncs ranks
-        net = _net()
-        opt = torch.optim.Adam(net.parameters(), lr=1e-2)
-        ctl = LossScaleController(DynamicLossScaleManager(2**8, 2, 2))
-        plain = _run(
-            net,
-            opt,
-            ctl,
-            rank,
-            PLAIN_BAD,
-        )
-        plain_skipped = ctl.skipped_steps
+    # (the gloo group is set up and torn down by run_distributed)
+    # 1) plain per-rank models, no gradient all-reduce: only the flag all-reduce syncs ranks
+    net = _net()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    ctl = LossScaleController(DynamicLossScaleManager(2**8, 2, 2))
+    plain = _run(net, opt, ctl, rank, PLAIN_BAD)
+    plain_skipped = ctl.skipped_steps
 
-        # 2) a DDP-wrapped model (gradients averaged during backward)
-        ddp = nn.parallel.DistributedDataParallel(_net())
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
-        ctl = LossScaleController(DynamicLossScaleManager(2**8, 2, 2))
-        wrapped = _run(
-            ddp,
-            opt,
-            ctl,
-            rank,
-            DDP_BAD,
-        )
-        params = [p.detach().clone() for p in ddp.parameters()]
-        torch.save(
-            {
-                "plain": plain,
-                "plain_skipped": plain_skipped,
-                "ddp": wrapped,
-                "ddp_skipped": ctl.skipped_steps,
-                "ddp_params": params,
-                "state": ctl.state_dict(),
-            },
-            os.path.join(out_dir, f"rank{rank}.pt"),
-        )
-        dist.barrier()  # neither rank tears gloo down while the other still talks
-    finally:
-        dist.destroy_process_group()
+    # 2) a DDP-wrapped model (gradients averaged during backward)
+    ddp = nn.parallel.DistributedDataParallel(_net())
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    ctl = LossScaleController(DynamicLossScaleManager(2**8, 2, 2))
+    wrapped = _run(ddp, opt, ctl, rank, DDP_BAD)
+    params = [p.detach().clone() for p in ddp.parameters()]
+    return {
+        "plain": plain,
+        "plain_skipped": plain_skipped,
+        "ddp": wrapped,
+        "ddp_skipped": ctl.skipped_steps,
+        "ddp_params": params,
+        "state": ctl.state_dict(),
+    }
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-def test_overflow_on_one_rank_skips_on_all_ranks(tmp_path):
-    init_file = str(tmp_path / "store")
-    mp.spawn(_worker, args=(init_file, str(tmp_path)), nprocs=WORLD, join=True)
-    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD))
+def test_overflow_on_one_rank_skips_on_all_ranks():
+    r0, r1 = run_distributed(_worker, world=WORLD)
 
     for bad, key in ((PLAIN_BAD, "plain"), (DDP_BAD, "ddp")):
         bad_steps = {s for s, _ in bad}

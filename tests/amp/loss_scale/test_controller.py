@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from lit_amp.amp.loss_scale_controller import LossScaleController
-from lit_amp.amp.loss_scale_manager import (
+from lit_amp.amp.loss_scale.controller import LossScaleController
+from lit_amp.amp.loss_scale.managers import (
     DynamicLossScaleManager,
     FixedLossScaleManager,
 )

@@ -1,10 +1,11 @@
 """AmpFSDPPrecision under Lightning's FSDPStrategy, 2 CPU processes (gloo).
 
 Run as a script (Lightning's launcher re-runs it for rank 1):
-``python tests/plugins/_fsdp_worker.py <out_dir> <level> [litmodel]`` (a LightningModule with
-``AmpFSDPPrecision``; or ``LitModel(amp_level=level)``, which must be refused). Each rank writes
-``<out_dir>/rank<r>.json``: the dtypes each layer computed with, the parameter storage dtype,
-the full (gathered) weights and the losses; ``tests/plugins/test_fsdp_cpu.py`` checks them.
+``python tests/plugins/precision/_fsdp_worker.py <out_dir> <level> [litmodel]`` (a
+LightningModule with ``AmpFSDPPrecision``; or ``LitModel(amp_level=level)``, which must be
+refused). Each rank writes ``<out_dir>/rank<r>.json``: the dtypes each layer computed with, the
+parameter storage dtype, the full (gathered) weights and the losses;
+``tests/plugins/precision/test_fsdp_cpu.py`` checks them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lit_amp.plugins.fsdp_precision import AmpFSDPPrecision
+from lit_amp.plugins.precision.fsdp import AmpFSDPPrecision
 
 BF16 = torch.bfloat16
 
@@ -113,7 +114,8 @@ class LM(pl.LightningModule):
 
 def main_litmodel(out: str, level: str) -> None:
     """``LitModel(amp_level=level)`` (lit_amp's own train cell) under the FSDP strategy: refused
-    with a ValueError at the first training step (see ``_check_training_strategy``)."""
+    with a ValueError at the first training step (``lit_amp.model._lightning``'s
+    ``check_training_strategy``)."""
     from lit_amp import LitModel
 
     warnings.filterwarnings("ignore")

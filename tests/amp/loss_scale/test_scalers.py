@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_amp.amp.loss_scaler import (
+from lit_amp.amp.loss_scale.scalers import (
     DynamicLossScaler,
     LossScaler,
     StaticLossScaler,
@@ -148,6 +148,13 @@ def test_dynamic_growth_refused_when_not_finite():
 def test_dynamic_bad_arguments(kwargs, exc, name):
     with pytest.raises(exc, match=name):
         DynamicLossScaler(**kwargs)
+
+
+@pytest.mark.parametrize("factor", [1, 0])
+def test_scale_factor_must_exceed_one(factor):
+    # a factor of 1 never moves the scale (MindSpore accepts it silently)
+    with pytest.raises(ValueError, match=r"'scale_factor' must be an int >= 2"):
+        DynamicLossScaler(scale_value=8, scale_factor=factor, scale_window=10)
 
 
 def test_dynamic_state_dict_and_to():

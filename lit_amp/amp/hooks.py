@@ -1,0 +1,493 @@
+"""The hooks of a mixed-precision conversion: installation (:func:`convert`) and removal.
+
+How a converted network computes (the levels themselves are described in
+:mod:`lit_amp.amp.convert`): forward hooks, installed **in place** on the modules themselves (so
+``DistributedDataParallel`` and Lightning's strategies, which discard a replacement module, keep
+working), cast the module's floating inputs to the low dtype and, for the duration of its
+``forward``, replace its parameters by low-precision copies (:mod:`lit_amp.amp.casting`).
+Floating buffers are cast the same way; a buffer the forward updates in place (BatchNorm's
+running statistics at ``O3``) is copied back into the float32 buffer afterwards.
+
+Reading order: :func:`plan_roles` gives every module a role (low, float32 island, float32);
+:func:`convert` installs an :class:`_AmpPreHook` / :class:`_AmpPostHook` pair per role;
+the pre-hook swaps parameters in (:func:`_swap_in`) and, at O1, enters the
+:class:`~lit_amp.amp.casting.O1FunctionMode` that intercepts white-listed torch functions.
+
+Example:
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    >>> net = convert(net, mechanism="O2", dtype=torch.bfloat16, level_tag="O2")
+    >>> is_converted(net), net(torch.randn(2, 4)).dtype
+    (True, torch.float32)
+    >>> remove_hooks(net), is_converted(net)
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from lit_amp.amp.casting import (
+    _HALF_AND_SINGLE,
+    _LOW_SRC,
+    O1FunctionMode,
+    _cast_param,
+    _cast_tree,
+    _first_tensor,
+    _linear_forward,
+    _mode_active,
+)
+from lit_amp.amp.levels import LOW_DTYPES
+from lit_amp.amp.lists import (
+    BLACK_LIST_MODULES,
+    FP32_MODULES,
+    WHITE_LIST_FUNCTIONS,
+    WHITE_LIST_MODULES,
+)
+
+__all__ = [
+    "convert",
+    "convert_level",
+    "is_converted",
+    "is_metric",
+    "plan_roles",
+    "remove_hooks",
+]
+
+# Roles of a module in a converted network.
+_LOW = "low"  # computes in the low dtype (Cell.to_float(low))
+_FP32_ISLAND = "fp32_island"  # computes in fp32, output cast to the low dtype (_OutputTo16)
+_FP32 = "fp32"  # computes in fp32 (inside an island, loss modules, metrics)
+
+# Kinds of swap entries.
+_P, _B, _STATS = 0, 1, 2  # parameter, buffer, running statistics (copied back in training)
+
+
+# ----------------------------------------------------------------------------- hooks
+@dataclass(eq=False)
+class _AmpState:
+    """What one conversion shares between its hooks (stored as ``network._amp_state``)."""
+
+    level: str
+    dtype: torch.dtype
+    cache_casts: bool = True
+    functions: frozenset = field(default_factory=frozenset)
+    device_checked: bool = False
+
+    def mode(self) -> O1FunctionMode | None:
+        return O1FunctionMode(self.dtype, self.functions) if self.functions else None
+
+
+class _Frame:
+    __slots__ = ("params", "buffers", "attrs", "mode")
+
+    def __init__(self) -> None:
+        self.params: list = []
+        self.buffers: list = []
+        self.attrs: list = []
+        self.mode: O1FunctionMode | None = None
+
+
+class _AmpPreHook:
+    """Forward pre-hook: cast inputs, swap in low-precision parameters, enter the O1 mode."""
+
+    def __init__(
+        self,
+        state: _AmpState,
+        in_dtype: torch.dtype | None,
+        entries: list[tuple[nn.Module, str, int]] | None,
+        enter_mode: bool,
+        is_root: bool,
+    ) -> None:
+        self.state = state
+        self.in_dtype = in_dtype
+        self.entries = entries
+        self.enter_mode = enter_mode
+        self.is_root = is_root
+
+    @property
+    def needs_frame(self) -> bool:
+        return bool(self.entries) or self.enter_mode
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> Any:
+        state = self.state
+        if self.is_root and not state.device_checked:
+            _check_device(state, args, kwargs)
+        frame = None
+        if self.needs_frame:
+            frame = _Frame()
+            module.__dict__.setdefault("_amp_frames", []).append(frame)
+        if self.enter_mode:
+            mode = state.mode()
+            if mode is not None and not _mode_active(mode):
+                mode.__enter__()
+                frame.mode = mode  # type: ignore[union-attr]
+        if self.entries:
+            _swap_in(self.entries, state, frame)  # type: ignore[arg-type]
+        if self.in_dtype is None:
+            return None
+        src = _HALF_AND_SINGLE if self.in_dtype in LOW_DTYPES else _LOW_SRC
+        new_args = _cast_tree(args, self.in_dtype, src)
+        new_kwargs = _cast_tree(kwargs, self.in_dtype, src) if kwargs else kwargs
+        if new_args is args and new_kwargs is kwargs:
+            return None
+        return new_args, new_kwargs
+
+
+class _AmpPostHook:
+    """Forward hook: restore the float32 parameters, cast the output, leave the O1 mode."""
+
+    def __init__(self, state: _AmpState, out_dtype: torch.dtype | None, pops_frame: bool):
+        self.state = state
+        self.out_dtype = out_dtype
+        self.pops_frame = pops_frame
+
+    def __call__(self, module: nn.Module, args: tuple, output: Any) -> Any:
+        if self.pops_frame:
+            frames = module.__dict__.get("_amp_frames")
+            if frames:
+                frame = frames.pop()
+                _swap_out(frame)
+                if frame.mode is not None:
+                    frame.mode.__exit__(None, None, None)
+        if self.out_dtype is None or output is None:
+            return None
+        src = _LOW_SRC if self.out_dtype == torch.float32 else (torch.float32,)
+        new = _cast_tree(output, self.out_dtype, src)
+        return None if new is output else new
+
+
+def _check_device(state: _AmpState, args: tuple, kwargs: dict) -> None:
+    t = _first_tensor(args) if args else _first_tensor(kwargs)
+    if t is None:
+        return
+    state.device_checked = True
+    if state.dtype == torch.float16 and t.device.type == "cpu":
+        warnings.warn(
+            "Mixed precision with dtype=torch.float16 runs on CPU, where float16 matrix "
+            "multiplication is orders of magnitude slower than bfloat16 (and than float32). "
+            "Use dtype=torch.bfloat16 on CPU.",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+def _swap_in(entries: list, state: _AmpState, frame: _Frame) -> None:
+    low = state.dtype
+    for owner, name, kind in entries:
+        if kind == _P:
+            params = owner._parameters
+            p = params.get(name)
+            if p is None:
+                # FSDP (use_orig_params=False) exposes unsharded views as plain attributes
+                a = owner.__dict__.get(name)
+                if isinstance(a, torch.Tensor) and a.dtype in _HALF_AND_SINGLE and a.dtype != low:
+                    frame.attrs.append((owner, name, a))
+                    owner.__dict__[name] = a.to(low)
+                continue
+            if p.dtype not in _HALF_AND_SINGLE or p.dtype == low:
+                continue  # fp64/int, or already low (swapped by an ancestor)
+            frame.params.append((owner, name, p))
+            cast = params[name] = _cast_param(owner, name, p, low, state.cache_casts)
+            if owner.__dict__.get(name) is p:
+                # FSDP (use_orig_params) in forward: the unsharded view is both in
+                # ``_parameters`` and a plain attribute, and the attribute wins the lookup
+                frame.attrs.append((owner, name, p))
+                owner.__dict__[name] = cast
+        else:
+            bufs = owner._buffers
+            b = bufs.get(name)
+            if b is None or b.dtype not in _HALF_AND_SINGLE or b.dtype == low:
+                continue
+            cast = b.to(low)
+            if kind == _STATS and owner.training:
+                version = -1  # always copied back
+            else:  # copied back if modified in place (inference tensors have no version)
+                version = None if cast.is_inference() else cast._version
+            frame.buffers.append((owner, name, b, cast, version))
+            bufs[name] = cast
+
+
+def _swap_out(frame: _Frame) -> None:
+    for owner, name, p in reversed(frame.params):
+        owner._parameters[name] = p
+    for owner, name, a in reversed(frame.attrs):
+        owner.__dict__[name] = a
+    for owner, name, orig, cast, version in reversed(frame.buffers):
+        cur = owner._buffers.get(name)
+        if cur is cast:
+            if version == -1 or (version is not None and cast._version != version):
+                with torch.no_grad():
+                    orig.copy_(cast)
+            owner._buffers[name] = orig
+        elif cur is not None and cur.is_floating_point() and cur.dtype != orig.dtype:
+            owner._buffers[name] = cur.to(orig.dtype)  # the forward re-assigned it
+
+
+# ----------------------------------------------------------------------------- planning
+def is_metric(m: nn.Module) -> bool:
+    """Whether ``m`` is a torchmetrics metric (computed in float32 at every level).
+
+    Example:
+        >>> is_metric(torch.nn.Linear(1, 1))
+        False
+    """
+    return type(m).__module__.split(".")[0] == "torchmetrics"
+
+
+def _matches(m: nn.Module, names: Sequence[str], classes: tuple, patterns: Sequence) -> bool:
+    if classes and isinstance(m, classes):
+        return True
+    return any(p.fullmatch(n) for p in patterns for n in names)
+
+
+def _module_names(network: nn.Module) -> dict[int, list[str]]:
+    names: dict[int, list[str]] = {}
+    for n, m in network.named_modules(remove_duplicate=False):
+        names.setdefault(id(m), []).append(n)
+    return names
+
+
+def plan_roles(
+    network: nn.Module,
+    mechanism: str,
+    white_classes: tuple,
+    white_patterns: Sequence,
+    black_classes: tuple,
+    black_patterns: Sequence,
+) -> tuple[dict[nn.Module, str | None], set[nn.Module]]:
+    """Role of every module (first path wins for a module reachable twice), and the O1 islands
+    (outermost white-listed modules, whose output is cast back to float32)."""
+    names = _module_names(network)
+    roles: dict[nn.Module, str | None] = {}
+    islands: set[nn.Module] = set()
+
+    def fp32_subtree(m: nn.Module) -> None:
+        for sub in m.modules():
+            if sub not in roles:
+                roles[sub] = _FP32
+
+    def visit(m: nn.Module, ctx: str | None) -> None:
+        # ctx: None (fp32 context, O1 outside islands) or _LOW (inside a low region)
+        if m in roles:
+            return
+        if isinstance(m, FP32_MODULES) or is_metric(m):
+            roles[m] = _FP32
+            fp32_subtree(m)
+            return
+        mnames = names.get(id(m), [])
+        if mechanism == "O1":
+            if ctx is None and _matches(m, mnames, white_classes, white_patterns):
+                roles[m] = _LOW
+                islands.add(m)
+                for c in m.children():
+                    visit(c, _LOW)
+                return
+            roles[m] = ctx
+            for c in m.children():
+                visit(c, ctx)
+            return
+        if mechanism == "O2" and _matches(m, mnames, black_classes, black_patterns):
+            roles[m] = _FP32_ISLAND
+            for sub in m.modules():
+                if sub is not m and sub not in roles:
+                    roles[sub] = _FP32
+            return
+        roles[m] = _LOW
+        for c in m.children():
+            visit(c, _LOW)
+
+    visit(network, None if mechanism == "O1" else _LOW)
+    return roles, islands
+
+
+def _entries_for(roles: dict[nn.Module, str | None]) -> dict[nn.Module, list]:
+    """Swap entries (owner, name, kind) of each low module's low subtree."""
+    memo: dict[nn.Module, list] = {}
+
+    def collect(m: nn.Module, seen: set) -> list:
+        if m in memo:
+            return memo[m]
+        own = [(m, n, _P) for n, p in m._parameters.items() if p is not None]
+        # normalisation running statistics are updated in place by kernels that do not bump
+        # the version counter: copy them back whenever the module ran in training mode
+        kind = _STATS if isinstance(m, nn.modules.batchnorm._NormBase) else _B
+        own += [
+            (m, n, kind)
+            for n, b in m._buffers.items()
+            if b is not None and b.is_floating_point()
+        ]
+        out = list(own)
+        for c in m.children():
+            if roles.get(c) == _LOW and c not in seen:
+                seen.add(c)
+                out.extend(collect(c, seen))
+        # parameters first (buffers are cheap and rarely shared)
+        out.sort(key=lambda e: e[2] != _P)
+        memo[m] = out
+        return out
+
+    return {m: collect(m, {m}) for m, r in roles.items() if r == _LOW}
+
+
+# ----------------------------------------------------------------------------- convert
+def _needs_no_hooks(m: nn.Module) -> bool:
+    """Modules inside a low (or float32) region that can go without hooks: parameter-less
+    leaves (activations, pooling, dropout, flatten) and plain ``nn.Sequential`` containers. Their
+    inputs come from hooked modules of the same region, which hand the region's dtype on; a
+    parameter-less leaf fed a float32 tensor that the user's own code created computes in float32
+    (PyTorch's promotion), which is the one deviation from MindSpore's per-cell input casts."""
+    if any(p is not None for p in m._parameters.values()):
+        return False
+    if any(b is not None and b.is_floating_point() for b in m._buffers.values()):
+        return False
+    if next(m.children(), None) is None:
+        return True
+    return type(m).forward is nn.Sequential.forward
+
+
+def remove_hooks(network: nn.Module) -> bool:
+    """Remove a conversion's hooks, caches and swapped tensors from ``network`` (in place).
+
+    Args:
+        network: a network converted by :func:`convert` (anything else is left unchanged).
+
+    Returns:
+        Whether any hook was removed.
+    """
+    removed = False
+    for m in network.modules():
+        handles = m.__dict__.pop("_amp_handles", None)
+        if handles:
+            removed = True
+            for h in handles:
+                h.remove()
+        frames = m.__dict__.pop("_amp_frames", None)
+        if frames:
+            for fr in reversed(frames):
+                _swap_out(fr)
+        m.__dict__.pop("_amp_cast_cache", None)
+        if m.__dict__.pop("_amp_forward", False):
+            m.__dict__.pop("forward", None)
+    for attr in ("_amp_level", "_amp_state", "_amp_dtype", "_amp_custom"):
+        network.__dict__.pop(attr, None)
+    return removed
+
+
+def is_converted(network: nn.Module) -> bool:
+    """Whether any module of ``network`` carries the hooks of a lit_amp conversion.
+
+    Example:
+        >>> is_converted(torch.nn.Linear(1, 1))
+        False
+    """
+    return any("_amp_handles" in m.__dict__ for m in network.modules())
+
+
+def convert(
+    network: nn.Module,
+    *,
+    mechanism: str,
+    dtype: torch.dtype,
+    level_tag: str,
+    white_classes: tuple = WHITE_LIST_MODULES,
+    white_functions: Iterable[Callable] = WHITE_LIST_FUNCTIONS,
+    white_patterns: Sequence = (),
+    black_classes: tuple = BLACK_LIST_MODULES,
+    black_patterns: Sequence = (),
+    output_roots: Iterable[nn.Module] = (),
+    cache_casts: bool = True,
+) -> nn.Module:
+    """Install the hooks of ``mechanism`` ("O1", "O2", "O3") on ``network`` (in place)."""
+    functions = frozenset(white_functions) if mechanism == "O1" else frozenset()
+    state = _AmpState(level=level_tag, dtype=dtype, cache_casts=cache_casts, functions=functions)
+    roles, islands = plan_roles(
+        network, mechanism, tuple(white_classes), white_patterns, tuple(black_classes),
+        black_patterns,
+    )
+    entries = _entries_for(roles)
+    out_roots = {network, *output_roots}
+    for m, role in roles.items():
+        is_root = m is network
+        enter_mode = is_root and bool(functions)
+        handles = []
+        if (
+            not is_root
+            and m not in out_roots
+            and m not in islands
+            and role in (_LOW, _FP32)
+            and not (isinstance(m, FP32_MODULES) or is_metric(m))  # fp32 entry points
+            and _needs_no_hooks(m)
+        ):
+            continue  # its inputs already have the region's dtype (see _needs_no_hooks)
+        if role == _LOW:
+            out_dtype = None
+            if m in out_roots and mechanism != "O1":
+                out_dtype = torch.float32
+            elif m in islands:
+                out_dtype = torch.float32  # an O1 island: cast back after the node
+            pre = _AmpPreHook(state, dtype, entries.get(m), enter_mode, is_root)
+            post = _AmpPostHook(state, out_dtype, pre.needs_frame)
+        elif role == _FP32_ISLAND:
+            pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root)
+            post = _AmpPostHook(state, dtype, pre.needs_frame)
+        elif role == _FP32:
+            pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root)
+            post = _AmpPostHook(state, None, pre.needs_frame)
+        else:  # O1, outside white-listed modules
+            if not enter_mode:
+                continue
+            pre = _AmpPreHook(state, None, None, True, is_root)
+            post = _AmpPostHook(state, None, True)
+        handles.append(m.register_forward_pre_hook(pre, prepend=True, with_kwargs=True))
+        if post.pops_frame or post.out_dtype is not None:
+            handles.append(m.register_forward_hook(post, always_call=post.pops_frame))
+        m.__dict__["_amp_handles"] = handles
+        if role == _LOW and type(m) is nn.Linear and cache_casts and "forward" not in m.__dict__:
+            m.forward = functools.partial(_linear_forward, m)  # see _LowLinear (picklable)
+            m.__dict__["_amp_forward"] = True
+    if network not in roles or "_amp_handles" not in network.__dict__:
+        network.__dict__["_amp_handles"] = []
+    network._amp_level = level_tag
+    network._amp_dtype = dtype
+    network._amp_state = state
+    return network
+
+
+def convert_level(
+    network: nn.Module, level: str, dtype: torch.dtype, *, cache_casts: bool, func: str
+) -> nn.Module:
+    """Convert ``network`` at a plain level (``"O0"``-``"O3"``), replacing an earlier conversion.
+
+    Args:
+        network: the network (converted in place).
+        level: ``"O0"`` (hooks removed only), ``"O1"``, ``"O2"`` or ``"O3"``.
+        dtype: the low compute dtype.
+        cache_casts: keep low-precision parameter copies between optimizer steps.
+        func: the public function named in the repeated-conversion warning.
+
+    Returns:
+        ``network`` itself.
+    """
+    if is_converted(network) or getattr(network, "_amp_level", None) is not None:
+        warnings.warn(
+            f"For '{func}', the network has already been converted to mixed precision "
+            f"(level {getattr(network, '_amp_level', '?')!r}); repeated calls replace the "
+            "previous conversion. Train an already converted network with level 'O0' to avoid "
+            "a repeated conversion.",
+            UserWarning,
+            stacklevel=3,
+        )
+        remove_hooks(network)
+    if level == "O0":
+        return network
+    return convert(network, mechanism=level, dtype=dtype, level_tag=level,
+                    cache_casts=cache_casts)
+

@@ -1,0 +1,579 @@
+"""``LossScaleController``: the one loss-scaling state machine every lit_amp train step uses.
+
+Pure PyTorch (no Lightning). ``LitModel``'s training step, the ``AmpPrecision`` Lightning
+plugin and the cell returned by ``build_train_network`` all drive a controller built from a
+:class:`~lit_amp.amp.loss_scale.managers.LossScaleManager`; a raw PyTorch loop can use it too.
+
+One training step (spec §2.7), for any number of optimizers::
+
+    controller.scale_loss(loss).backward()          # loss * scale; `loss` itself is untouched
+    for opt in optimizers:
+        controller.unscale_(opt)                    # grads /= scale, before clipping / step
+    clip_gradients(...)                             # optional: sees the true gradients
+    overflow = controller.found_overflow(optimizers)  # any inf/NaN grad on ANY rank
+    if not controller.should_skip(overflow):        # skip the WHOLE step on overflow
+        for opt in optimizers:
+            opt.step()
+        lr_scheduler.step()                         # the schedule advances only on real steps
+    controller.update(overflow)                     # once per step, not per optimizer
+    loss, overflow_t, scale_used = controller.step_outputs(loss)
+
+:meth:`LossScaleController.step` bundles this for one optimizer.
+
+Semantics:
+
+- The scale follows the manager's update cell — MindSpore's device-side rule (spec §2.6) plus
+  lit_amp's optional hysteresis and min/max clamps; a fixed manager keeps its scale.
+- ``drop_overflow_update`` (``FixedLossScaleManager(S, drop_overflow_update=False)``): scale by
+  ``S``, unscale, and never skip, exactly as MindSpore's ``TrainOneStepCell(sens=S)`` with an
+  optimizer built with ``loss_scale=S``.
+- Optimizers that divide by a loss scale themselves (MindSpore optimizers and THOR take
+  ``loss_scale=...``): an optimizer declaring a ``loss_scale`` attribute, ``defaults`` key or
+  param-group key ``X != 1.0`` gets its gradients multiplied by ``X / scale`` instead of
+  ``1 / scale``, so that its own division by ``X`` yields the true gradients; when ``X ==
+  scale`` (the documented MindSpore pairing) the gradients are left untouched. Such gradients
+  are then still ``X``-scaled while clipping runs — clip inside that optimizer.
+- DDP reduces gradients during ``backward``, so they are unscaled after the all-reduce rather
+  than before as in MindSpore; the reduction is linear, so the result is the same. The
+  overflow flag is all-reduced (MAX) whenever ``torch.distributed`` is initialized, so a step
+  that overflows on one rank is skipped on every rank.
+- Guard: ``max_consecutive_overflows`` consecutive overflowing steps raise RuntimeError naming
+  the current scale and, with ``diagnostics``, the first layer that produced a non-finite
+  value.
+- Checking costs one fused pass over the gradients, done while unscaling
+  (``torch._amp_foreach_non_finite_check_and_unscale_``, the kernel behind
+  ``torch.amp.GradScaler``), and one host sync per step.
+
+Size: one class, one state machine (as ``torch.amp.GradScaler``, which is longer); its
+docstrings carry the protocol, so the module reads top to bottom.
+
+Example:
+    >>> import torch
+    >>> from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
+    >>> net = torch.nn.Linear(4, 2)
+    >>> opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    >>> sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10)
+    >>> ctl = LossScaleController(DynamicLossScaleManager(init_loss_scale=2**16))
+    >>> for _ in range(3):
+    ...     opt.zero_grad()
+    ...     loss = net(torch.randn(8, 4)).pow(2).mean()
+    ...     loss, overflow, scale = ctl.step(opt, loss)
+    ...     if not ctl.last_skipped:
+    ...         sched.step()
+    >>> ctl.steps, ctl.skipped_steps, ctl.scale
+    (3, 0, 65536.0)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from lit_amp._validation import check_positive_int, check_type, type_error
+from lit_amp.amp.loss_scale.managers import (
+    DynamicLossScaleUpdateCell,
+    FixedLossScaleUpdateCell,
+    LossScaleManager,
+)
+
+__all__ = ["LossScaleController"]
+
+logger = logging.getLogger(__name__)
+
+_STATE_VERSION = 1
+
+
+def _unwrap(optimizer: Any) -> Any:
+    """The torch optimizer behind a wrapper such as Lightning's ``LightningOptimizer``."""
+    return getattr(optimizer, "_optimizer", optimizer)
+
+
+def _declared_loss_scale(optimizer: Any, group: dict) -> float:
+    """The loss scale an optimizer divides gradients by itself (1.0 when it does not)."""
+    value = group.get("loss_scale")
+    if value is None:
+        value = getattr(optimizer, "loss_scale", None)
+    if value is None:
+        value = getattr(optimizer, "defaults", {}).get("loss_scale")
+    if isinstance(value, Tensor) and value.numel() == 1:
+        value = float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return 1.0
+
+
+def _dist_initialized() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+class LossScaleController:
+    """Loss scaling for one training run: scale, unscale, detect overflow, skip, update, save.
+
+    Args:
+        manager: a :class:`~lit_amp.amp.loss_scale.managers.LossScaleManager`, or None for no
+            loss scaling (then :attr:`enabled` is False and every method is a cheap no-op:
+            scale 1, nothing unscaled, no overflow check, nothing skipped).
+        max_consecutive_overflows: after this many consecutive overflowing steps
+            :meth:`update` raises RuntimeError (MindSpore's manager allows 1000). None disables
+            the guard.
+        diagnostics: optional overflow-diagnostics object with ``first_nonfinite() -> str |
+            None`` (the first layer whose output was non-finite); named in the guard's error.
+
+    Attributes:
+        enabled: False when ``manager`` is None.
+        drop_overflow_update: whether an overflowing step is skipped.
+        last_overflow: whether the last step overflowed (on any rank).
+        last_scale_used: the scale the last step was computed with.
+        last_skipped: whether the last step was skipped.
+        skipped_steps: number of skipped steps so far.
+        consecutive_overflows: number of overflowing steps in a row, up to the last step.
+        steps: number of steps (calls to :meth:`update`) so far.
+
+    Raises:
+        TypeError: ``manager`` is not a LossScaleManager or None, ``diagnostics`` has no
+            ``first_nonfinite`` method, or ``max_consecutive_overflows`` is not an int.
+        ValueError: ``max_consecutive_overflows`` < 1.
+
+    Example:
+        >>> from lit_amp.amp.loss_scale.managers import FixedLossScaleManager
+        >>> ctl = LossScaleController(FixedLossScaleManager(128.0))
+        >>> float(ctl.scale_loss(torch.tensor(0.5)))
+        64.0
+        >>> ctl.update(True); ctl.skipped_steps, ctl.scale
+        (1, 128.0)
+    """
+
+    STATE_KEY = "lit_amp_loss_scale"
+
+    def __init__(
+        self,
+        manager: LossScaleManager | None,
+        *,
+        max_consecutive_overflows: int | None = 1000,
+        diagnostics: Any = None,
+    ) -> None:
+        owner = "LossScaleController"
+        check_type(owner, "manager", manager, LossScaleManager,
+                   "a LossScaleManager (FixedLossScaleManager, DynamicLossScaleManager, ...)",
+                   allow_none=True)
+        check_positive_int(owner, "max_consecutive_overflows", max_consecutive_overflows,
+                           allow_none=True)
+        if diagnostics is not None and not callable(getattr(diagnostics, "first_nonfinite", None)):
+            raise type_error(owner, "diagnostics", "None or an object with a first_nonfinite() "
+                             "method", diagnostics)
+        self.manager = manager
+        self.max_consecutive_overflows = max_consecutive_overflows
+        self.diagnostics = diagnostics
+        self.enabled: bool = manager is not None
+        if manager is None:
+            self.drop_overflow_update = False
+            self._cell: torch.nn.Module | None = None
+            init_scale = 1.0
+        else:
+            self.drop_overflow_update = bool(manager.get_drop_overflow_update())
+            self._cell = manager.get_update_cell()
+            if self._cell is not None and not callable(self._cell):
+                raise TypeError(
+                    f"LossScaleController: {type(manager).__name__}.get_update_cell() must return "
+                    f"None or a callable update cell, but got {type(self._cell).__name__}."
+                )
+            init_scale = float(manager.get_loss_scale())
+        self._own_cell = isinstance(
+            self._cell, (DynamicLossScaleUpdateCell, FixedLossScaleUpdateCell)
+        )
+        self._scale_t = torch.tensor(init_scale, dtype=torch.float32)
+        self._scale = float(self._scale_t)
+        self.last_overflow: bool = False
+        self.last_scale_used: float = self._scale
+        self.last_skipped: bool = False
+        self.skipped_steps: int = 0
+        self.consecutive_overflows: int = 0
+        self.steps: int = 0
+        # per-step state, reset by update()
+        self._found_inf: dict[int, list[Tensor]] = {}
+        self._unscaled_params: set[int] = set()
+        self._inv_cache: dict[tuple[torch.device, float], Tensor] = {}
+
+    # ------------------------------------------------------------------ scale
+    @property
+    def scale(self) -> float:
+        """The loss scale the next backward uses (1.0 when disabled)."""
+        return self._scale
+
+    def scale_loss(self, loss: Tensor) -> Tensor:
+        """``loss * scale`` (a new tensor; ``loss`` is untouched). Identity when disabled.
+
+        The loss should be fp32 (as lit_amp's O-levels compute it): an fp16 loss times a large
+        scale overflows.
+        """
+        if not self.enabled or self._scale == 1.0:
+            return loss
+        return loss * self._scale
+
+    # --------------------------------------------------------------- unscale
+    def _factor_tensor(self, device: torch.device, factor: float) -> Tensor:
+        key = (device, factor)
+        t = self._inv_cache.get(key)
+        if t is None:
+            if len(self._inv_cache) > 16:
+                self._inv_cache.clear()
+            t = torch.full((1,), factor, dtype=torch.float32, device=device)
+            self._inv_cache[key] = t
+        return t
+
+    def _check_and_scale_(self, grads: list[Tensor], factor: float) -> list[Tensor]:
+        """Multiply ``grads`` by ``factor`` in place and return per-device found-inf flags.
+
+        One fused pass per (device, dtype) group; no host sync. ``factor == 1`` only checks.
+        """
+        groups: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
+        flags: list[Tensor] = []
+        for g in grads:
+            if g.is_sparse:
+                if g.dtype == torch.float16:
+                    g = g.coalesce()
+                vals = g._values()
+                if factor != 1.0:
+                    vals.mul_(factor)
+                flags.append((~torch.isfinite(vals)).any().float().reshape(1))
+                continue
+            groups.setdefault((g.device, g.dtype), []).append(g)
+        found: dict[torch.device, Tensor] = {}
+        for (device, _), ts in groups.items():
+            if device not in found:
+                found[device] = torch.zeros(1, dtype=torch.float32, device=device)
+            torch._amp_foreach_non_finite_check_and_unscale_(
+                ts, found[device], self._factor_tensor(device, factor)
+            )
+        flags.extend(found.values())
+        return flags
+
+    def unscale_(self, optimizer: Optimizer) -> None:
+        """Divide ``optimizer``'s gradients by :attr:`scale` in place (and check them).
+
+        At most once per optimizer per step (a second call is a no-op); a parameter shared by
+        two optimizers is unscaled once. An optimizer that divides by a declared
+        ``loss_scale`` ``X != 1`` itself gets ``grads *= X / scale`` (nothing when ``X ==
+        scale``) — see the module docstring. The non-finite check runs in the same fused pass;
+        :meth:`found_overflow` reads its result. No-op when disabled.
+        """
+        if not self.enabled:
+            return
+        opt = _unwrap(optimizer)
+        key = id(opt)
+        if key in self._found_inf:
+            return
+        flags: list[Tensor] = []
+        by_factor: dict[float, list[Tensor]] = {}
+        for group in opt.param_groups:
+            factor = _declared_loss_scale(opt, group) / self._scale
+            for p in group["params"]:
+                if p.grad is None or id(p) in self._unscaled_params:
+                    continue
+                self._unscaled_params.add(id(p))
+                by_factor.setdefault(factor, []).append(p.grad)
+        for factor, grads in by_factor.items():
+            flags.extend(self._check_and_scale_(grads, factor))
+        self._found_inf[key] = flags
+
+    # -------------------------------------------------------------- overflow
+    def _comm_device(self, flags: list[Tensor]) -> torch.device:
+        if _dist_initialized():
+            backend = str(torch.distributed.get_backend()).lower()
+            if "nccl" in backend and torch.cuda.is_available():
+                return torch.device("cuda", torch.cuda.current_device())
+            if "gloo" in backend or not flags:
+                return torch.device("cpu")
+        return flags[0].device if flags else torch.device("cpu")
+
+    def found_overflow(self, optimizers: Sequence[Optimizer] | Optimizer) -> bool:
+        """Whether any gradient of ``optimizers`` is inf/NaN on any rank.
+
+        Uses the checks made by :meth:`unscale_`; gradients of an optimizer not unscaled in
+        this step are checked now (same fused kernel, factor 1). When ``torch.distributed`` is
+        initialized the flag is all-reduced with MAX, so every rank gets the same answer (all
+        ranks must call this). One host sync. Always False when disabled.
+        """
+        if not self.enabled:
+            return False
+        if isinstance(optimizers, Optimizer) or hasattr(optimizers, "param_groups"):
+            optimizers = [optimizers]  # type: ignore[list-item]
+        flags: list[Tensor] = []
+        for optimizer in optimizers:
+            opt = _unwrap(optimizer)
+            recorded = self._found_inf.get(id(opt))
+            if recorded is not None:
+                flags.extend(recorded)
+                continue
+            grads = [
+                p.grad
+                for group in opt.param_groups
+                for p in group["params"]
+                if p.grad is not None and id(p) not in self._unscaled_params
+            ]
+            flags.extend(self._check_and_scale_(grads, 1.0))
+        distributed = _dist_initialized()
+        if not distributed and len(flags) == 1:
+            return flags[0].item() > 0
+        device = self._comm_device(flags)
+        if flags:
+            flag = torch.stack([f.reshape(()).to(device) for f in flags]).amax()
+        else:
+            flag = torch.zeros((), dtype=torch.float32, device=device)
+        if distributed:
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item() > 0)
+
+    def should_skip(self, overflow: bool | Tensor) -> bool:
+        """True when the step must be skipped: ``overflow`` and ``drop_overflow_update``."""
+        return self.enabled and self.drop_overflow_update and bool(overflow)
+
+    # ---------------------------------------------------------------- update
+    def update(self, overflow: bool | Tensor) -> None:
+        """Finish the step: update the scale, the counters and the guard. Once per step.
+
+        The scale moves by the manager's update cell (spec §2.6 device-side rule with
+        lit_amp's hysteresis and clamps; constant for a fixed manager). Increments
+        :attr:`steps`, :attr:`skipped_steps` (when :meth:`should_skip`) and
+        :attr:`consecutive_overflows`. No-op when disabled.
+
+        Raises:
+            RuntimeError: this is the ``max_consecutive_overflows``-th overflowing step in a
+                row. The message names the current scale and, when ``diagnostics`` is set,
+                the first layer that produced a non-finite value.
+        """
+        if not self.enabled:
+            return
+        overflow = bool(overflow)
+        scale_used = self._scale
+        cell = self._cell
+        if cell is not None and not isinstance(cell, FixedLossScaleUpdateCell):
+            # lit_amp's cells take a Python bool (CPU fast path); a foreign cell gets a tensor
+            cell(self._scale_t, overflow if self._own_cell else torch.tensor(overflow))
+            self._scale = self._scale_t.item()
+        skipped = overflow and self.drop_overflow_update
+        self.last_overflow = overflow
+        self.last_scale_used = scale_used
+        self.last_skipped = skipped
+        self.steps += 1
+        if skipped:
+            self.skipped_steps += 1
+        self.consecutive_overflows = self.consecutive_overflows + 1 if overflow else 0
+        self._found_inf.clear()
+        self._unscaled_params.clear()
+        if overflow:
+            logger.debug(
+                "loss scaling: overflow at step %d with scale %s (%s); next scale %s",
+                self.steps,
+                scale_used,
+                "skipped" if skipped else "applied",
+                self._scale,
+            )
+        elif self._scale != scale_used:
+            logger.debug(
+                "loss scaling: scale %s -> %s at step %d", scale_used, self._scale, self.steps
+            )
+        limit = self.max_consecutive_overflows
+        if limit is not None and self.consecutive_overflows >= limit:
+            raise RuntimeError(self._guard_message())
+
+    def _guard_message(self) -> str:
+        msg = (
+            f"Loss scaling: {self.consecutive_overflows} consecutive training steps produced "
+            f"non-finite (inf/NaN) gradients (limit max_consecutive_overflows="
+            f"{self.max_consecutive_overflows}); the current loss scale is {self._scale} "
+            f"(the last step used {self.last_scale_used}). "
+        )
+        if self.diagnostics is not None:
+            try:
+                layer = self.diagnostics.first_nonfinite()
+            except Exception as exc:  # never mask the guard itself
+                layer = None
+                msg += f"Overflow diagnostics failed ({exc!r}). "
+            if layer:
+                msg += f"The first layer that produced a non-finite value is '{layer}'. "
+            else:
+                msg += (
+                    "Overflow diagnostics saw no non-finite layer output, so the overflow arises "
+                    "in the backward pass or the loss. "
+                )
+        else:
+            msg += "Enable overflow diagnostics to find the first layer producing inf/NaN. "
+        msg += (
+            "Look for inf/NaN in the data or the model (log of 0, division by 0, fp16 overflow "
+            "in activations), lower the learning rate, or train in bf16/fp32."
+        )
+        return msg
+
+    # --------------------------------------------------------------- outputs
+    def step_outputs(self, loss: Tensor | float) -> tuple[Tensor, Tensor, Tensor]:
+        """``(loss, overflow, scale_used)`` of the last step, as MindSpore's train step returns.
+
+        ``loss`` (the unscaled loss) is detached; ``overflow`` is a 0-d bool tensor and
+        ``scale_used`` a 0-d fp32 tensor, both on ``loss``'s device.
+        """
+        loss_t = loss.detach() if isinstance(loss, Tensor) else torch.as_tensor(loss)
+        device = loss_t.device
+        return (
+            loss_t,
+            torch.tensor(self.last_overflow, dtype=torch.bool, device=device),
+            torch.tensor(self.last_scale_used, dtype=torch.float32, device=device),
+        )
+
+    def step(
+        self,
+        optimizer: Optimizer,
+        loss: Tensor,
+        *,
+        clip_fn: Callable[[], Any] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One loss-scaled step for a raw PyTorch loop and a single optimizer.
+
+        Runs ``scale_loss(loss).backward()``, :meth:`unscale_`, ``clip_fn()`` (so clipping sees
+        the unscaled gradients), :meth:`found_overflow`, ``optimizer.step()`` unless the step
+        is skipped, and :meth:`update`. It does not zero the gradients (call
+        ``optimizer.zero_grad()`` before the forward, as usual). Step an LR scheduler only when
+        :attr:`last_skipped` is False.
+
+        Args:
+            optimizer: the optimizer.
+            loss: the unscaled loss of this step (with its graph).
+            clip_fn: optional no-argument callable run after unscaling, e.g.
+                ``lambda: torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)``.
+
+        Returns:
+            :meth:`step_outputs`: ``(loss, overflow, scale_used)``.
+
+        Example:
+            >>> from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
+            >>> net = torch.nn.Linear(2, 1)
+            >>> opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            >>> ctl = LossScaleController(DynamicLossScaleManager())
+            >>> loss = net(torch.ones(1, 2)).sum() * float("inf")
+            >>> _, overflow, scale = ctl.step(opt, loss)
+            >>> bool(overflow), float(scale), ctl.scale, ctl.last_skipped
+            (True, 16777216.0, 8388608.0, True)
+        """
+        self.scale_loss(loss).backward()
+        self.unscale_(optimizer)
+        if clip_fn is not None:
+            clip_fn()
+        overflow = self.found_overflow([optimizer])
+        if not self.should_skip(overflow):
+            optimizer.step()
+        self.update(overflow)
+        return self.step_outputs(loss)
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """The resumable state, plain Python values (safe for ``torch.load(weights_only=True)``).
+
+        Holds the scale, the update cell's counters (``cur_iter``, ``last_overflow_iter``,
+        ``hysteresis_left``), :attr:`steps`, :attr:`skipped_steps`,
+        :attr:`consecutive_overflows` and the last step's outputs. Store it under
+        :attr:`STATE_KEY` in a checkpoint.
+        """
+        cell_state: dict[str, Any] = {}
+        if self._cell is not None:
+            for k, v in self._cell.state_dict().items():
+                cell_state[k] = v.item() if v.numel() == 1 else v.tolist()
+        return {
+            "version": _STATE_VERSION,
+            "enabled": self.enabled,
+            "manager": type(self.manager).__name__ if self.manager is not None else None,
+            "drop_overflow_update": self.drop_overflow_update,
+            "scale": self._scale,
+            "update_cell": cell_state,
+            "steps": self.steps,
+            "skipped_steps": self.skipped_steps,
+            "consecutive_overflows": self.consecutive_overflows,
+            "last_overflow": self.last_overflow,
+            "last_scale_used": self.last_scale_used,
+            "last_skipped": self.last_skipped,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`, so a resumed run continues the exact scale trajectory.
+
+        Raises:
+            TypeError: ``state`` is not a dict.
+            ValueError: a required key is missing or the scale is not a positive number.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(
+                "LossScaleController.load_state_dict: 'state' must be a dict from state_dict(), "
+                f"but got {type(state).__name__}."
+            )
+        required = ("scale", "steps", "skipped_steps", "consecutive_overflows")
+        missing = [k for k in required if k not in state]
+        if missing:
+            raise ValueError(
+                f"LossScaleController.load_state_dict: missing keys {missing}; a state from "
+                f"LossScaleController.state_dict() has {sorted(self.state_dict())}."
+            )
+        if not self.enabled:
+            if state.get("enabled"):
+                logger.warning(
+                    "LossScaleController.load_state_dict: this controller has no loss-scale "
+                    "manager; the saved loss-scale state (scale %s) is ignored.",
+                    state["scale"],
+                )
+            return
+        saved_manager = state.get("manager")
+        if saved_manager is not None and saved_manager != type(self.manager).__name__:
+            logger.warning(
+                "LossScaleController.load_state_dict: the state was saved with %s, this run uses "
+                "%s; restoring the scale and counters anyway.",
+                saved_manager,
+                type(self.manager).__name__,
+            )
+        scale = state["scale"]
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+            raise ValueError(
+                "LossScaleController.load_state_dict: 'scale' must be a positive number, but got "
+                f"{scale!r}."
+            )
+        if self._cell is None or isinstance(self._cell, FixedLossScaleUpdateCell):
+            # a fixed manager's scale is configuration, not state: keep this run's value
+            if float(scale) != self._scale:
+                logger.warning(
+                    "LossScaleController.load_state_dict: the checkpoint's fixed loss scale %s "
+                    "differs from this run's %s; keeping %s.",
+                    scale,
+                    self._scale,
+                    self._scale,
+                )
+        else:
+            self._scale_t.fill_(float(scale))
+            self._scale = float(self._scale_t)
+        cell_state = state.get("update_cell") or {}
+        if self._cell is not None and cell_state:
+            own = self._cell.state_dict()
+            new = {}
+            for k, v in own.items():
+                if k in cell_state:
+                    new[k] = torch.as_tensor(cell_state[k], dtype=v.dtype).reshape(v.shape)
+                else:
+                    new[k] = v
+            self._cell.load_state_dict(new)
+        self.steps = int(state["steps"])
+        self.skipped_steps = int(state["skipped_steps"])
+        self.consecutive_overflows = int(state["consecutive_overflows"])
+        self.last_overflow = bool(state.get("last_overflow", False))
+        self.last_scale_used = float(state.get("last_scale_used", self._scale))
+        self.last_skipped = bool(state.get("last_skipped", False))
+        self._found_inf.clear()
+        self._unscaled_params.clear()
+
+    def __repr__(self) -> str:
+        if not self.enabled:
+            return "LossScaleController(manager=None)"
+        return (
+            f"LossScaleController(manager={self.manager!r}, scale={self._scale}, "
+            f"steps={self.steps}, skipped_steps={self.skipped_steps})"
+        )
