@@ -62,9 +62,13 @@ from _common import DOC, interleaved, machine, write_result  # noqa: E402
 
 from lit_amp.datasets import mnist1d_arrays  # noqa: E402
 from lit_amp.nets import CNN1D  # noqa: E402
-from lit_amp.thor import THOR, get_thor_damping, get_thor_lr  # noqa: E402
-from lit_amp.thor.factors import conv_patches  # noqa: E402
-from lit_amp.thor.optimizer import DEFAULT_FACTOR_DECAY  # noqa: E402
+from lit_amp.optim.thor import (  # noqa: E402
+    DEFAULT_FACTOR_DECAY,
+    THOR,
+    get_thor_damping,
+    get_thor_lr,
+)
+from lit_amp.optim.thor.factors import conv_patches  # noqa: E402
 
 SPE = 40  # steps per epoch (4000 samples, batch 100)
 BATCH = 100

@@ -1,43 +1,52 @@
-"""THOR, MindSpore's second-order optimizer, and ``ConvertModelUtils`` (pure PyTorch).
+"""``lit_amp.thor``: MindSpore's ``nn.thor``, callable, re-exporting THOR's two halves.
 
-- :func:`thor` / :class:`THOR` — the optimizer (``torch.optim.Optimizer``).
-- :func:`get_thor_lr`, :func:`get_thor_damping` — MindSpore's per-step schedules.
-- :class:`ConvertModelUtils` — ``convert_to_thor_model`` (imports Lightning only when used).
-- :mod:`lit_amp.thor.factors` — the layer statistics and block-diagonal inverses.
+- :func:`thor` / :class:`THOR`, :class:`ParamInfo`, :func:`get_thor_lr`,
+  :func:`get_thor_damping` — the optimizer, from :mod:`lit_amp.optim.thor` (pure PyTorch);
+- :class:`ConvertModelUtils`, :class:`ThorModel` — the Model side, from
+  :mod:`lit_amp.model.thor`, imported on first use (it imports Lightning).
+
+``lit_amp.thor(net, lr, damping, momentum, ...)`` calls :func:`thor`, and dotted paths such as
+Hydra's ``_target_: lit_amp.thor.thor`` resolve: the subpackage itself is the callable (see
+:mod:`lit_amp._lazy` on why the name must not be bound to the function).
 
 Example:
-    >>> import torch
     >>> from torch import nn
-    >>> from lit_amp.thor import thor, get_thor_lr, get_thor_damping
-    >>> net = nn.Sequential(nn.Linear(40, 100), nn.ReLU(), nn.Linear(100, 10))
-    >>> lr = get_thor_lr(0, 0.05, 2.0, total_epochs=20, steps_per_epoch=40)
-    >>> damping = get_thor_damping(0, 0.03, 0.5, total_epochs=20, steps_per_epoch=40)
-    >>> opt = thor(net, lr, damping, momentum=0.9, frequency=10)
+    >>> from lit_amp import thor
+    >>> opt = thor(nn.Linear(4, 2), 0.05, 0.03, momentum=0.9, frequency=10)
+    >>> thor.get_thor_lr(0, 0.05, 2.0, total_epochs=2, steps_per_epoch=1).shape
+    torch.Size([2])
 """
 
 import sys
 import types
+from typing import Any
 
-from lit_amp.thor.convert import ConvertModelUtils
-from lit_amp.thor.optimizer import THOR, ParamInfo, thor
-from lit_amp.thor.schedules import get_thor_damping, get_thor_lr
-
-
-class _CallableThorModule(types.ModuleType):
-    """``lit_amp.thor`` is this subpackage and, like MindSpore's ``nn.thor``, the optimizer
-    factory: ``lit_amp.thor(net, lr, damping, momentum, ...)`` calls :func:`thor`."""
-
-    def __call__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
-        return thor(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableThorModule
+from lit_amp._lazy import lazy_exports
+from lit_amp.optim.thor import THOR, ParamInfo, get_thor_damping, get_thor_lr, thor
 
 __all__ = [
     "thor",
     "THOR",
     "ParamInfo",
     "ConvertModelUtils",
+    "ThorModel",
     "get_thor_lr",
     "get_thor_damping",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {"ConvertModelUtils": "lit_amp.model.thor", "ThorModel": "lit_amp.model.thor"},
+    globals(),
+)
+
+
+class _CallableThorModule(types.ModuleType):
+    """``lit_amp.thor`` is this subpackage and, like MindSpore's ``nn.thor``, the optimizer
+    factory: ``lit_amp.thor(net, lr, damping, momentum, ...)`` calls :func:`thor`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> THOR:
+        return thor(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableThorModule

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_amp.thor import THOR, ParamInfo, thor
+from lit_amp.optim.thor import THOR, ParamInfo, thor
 
 
 def _net(seed: int = 0) -> nn.Module:
@@ -322,7 +322,7 @@ def test_closure_and_conv1d_network():
         ({"batch_size": 0}, ValueError, "'batch_size'"),
         ({"use_nesterov": 1}, TypeError, "'use_nesterov'"),
         ({"enable_clip_grad": None}, TypeError, "'enable_clip_grad'"),
-        ({"frequency": 1}, ValueError, "'frequency' must be at least 2, but got 1"),
+        ({"frequency": 1}, ValueError, "'frequency' must be an int >= 2, but got 1"),
         ({"frequency": 2.0}, TypeError, "'frequency'"),
         ({"decay_filter": 3}, TypeError, "'decay_filter'"),
         ({"split_indices": [3, 1]}, ValueError, "'split_indices'"),

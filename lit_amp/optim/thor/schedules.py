@@ -1,7 +1,7 @@
 """THOR's per-step learning-rate and damping schedules (MindSpore's ResNet-50 THOR recipe).
 
 Both return a 1-D float32 tensor with one value per step from ``global_step`` on, the form
-:func:`~lit_amp.thor.thor` takes (MindSpore's model zoo ``src/lr_generator.py``, spec §4.4):
+:func:`~lit_amp.optim.thor.thor` takes (MindSpore's model zoo ``src/lr_generator.py``, spec §4.4):
 
 - ``lr(step) = lr_init · (1 − epoch/total_epochs)^decay``, with ``epoch = (step+1) /
   steps_per_epoch``; halved from ``decay_epochs`` on and halved again one epoch later.
@@ -16,34 +16,11 @@ Example:
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import torch
 
+from lit_amp._validation import check_int, check_number
+
 __all__ = ["get_thor_lr", "get_thor_damping"]
-
-
-def _int(name: str, value: Any, func: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"For '{func}', the argument '{name}' must be an int, but got "
-            f"{type(value).__name__}: {value!r}."
-        )
-    if value < minimum:
-        raise ValueError(
-            f"For '{func}', the argument '{name}' must be at least {minimum}, but got {value}."
-        )
-    return value
-
-
-def _float(name: str, value: Any, func: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TypeError(
-            f"For '{func}', the argument '{name}' must be a finite float, but got "
-            f"{type(value).__name__}: {value!r}."
-        )
-    return float(value)
 
 
 def get_thor_lr(
@@ -70,19 +47,20 @@ def get_thor_lr(
 
     Raises:
         TypeError: a non-int count or a non-number rate.
-        ValueError: ``total_epochs`` or ``steps_per_epoch`` < 1, ``global_step`` < 0.
+        ValueError: ``total_epochs`` or ``steps_per_epoch`` < 1, ``global_step`` < 0, a NaN or
+            infinite rate.
 
     Example:
         >>> get_thor_lr(0, 0.1, 1.0, 2, 2)
         tensor([0.0750, 0.0500, 0.0250, 0.0000])
     """
-    func = "get_thor_lr"
-    global_step = _int("global_step", global_step, func, 0)
-    total_epochs = _int("total_epochs", total_epochs, func, 1)
-    steps_per_epoch = _int("steps_per_epoch", steps_per_epoch, func, 1)
-    decay_epochs = _int("decay_epochs", decay_epochs, func, 0)
-    lr_init = _float("lr_init", lr_init, func)
-    decay = _float("decay", decay, func)
+    owner = "get_thor_lr"
+    global_step = check_int(owner, "global_step", global_step, minimum=0)
+    total_epochs = check_int(owner, "total_epochs", total_epochs, minimum=1)
+    steps_per_epoch = check_int(owner, "steps_per_epoch", steps_per_epoch, minimum=1)
+    decay_epochs = check_int(owner, "decay_epochs", decay_epochs, minimum=0)
+    lr_init = check_number(owner, "lr_init", lr_init)
+    decay = check_number(owner, "decay", decay)
     total = total_epochs * steps_per_epoch
     epoch = (torch.arange(total, dtype=torch.float64) + 1) / steps_per_epoch
     base = (1.0 - epoch / total_epochs).clamp_min(0.0) ** decay
@@ -113,18 +91,19 @@ def get_thor_damping(
 
     Raises:
         TypeError: a non-int count or a non-number rate.
-        ValueError: ``total_epochs`` or ``steps_per_epoch`` < 1, ``global_step`` < 0.
+        ValueError: ``total_epochs`` or ``steps_per_epoch`` < 1, ``global_step`` < 0, a NaN or
+            infinite rate.
 
     Example:
         >>> get_thor_damping(0, 0.03, 0.5, 20, 1)[[9, 19]]
         tensor([0.0150, 0.0075])
     """
-    func = "get_thor_damping"
-    global_step = _int("global_step", global_step, func, 0)
-    total_epochs = _int("total_epochs", total_epochs, func, 1)
-    steps_per_epoch = _int("steps_per_epoch", steps_per_epoch, func, 1)
-    damping_init = _float("damping_init", damping_init, func)
-    decay_rate = _float("decay_rate", decay_rate, func)
+    owner = "get_thor_damping"
+    global_step = check_int(owner, "global_step", global_step, minimum=0)
+    total_epochs = check_int(owner, "total_epochs", total_epochs, minimum=1)
+    steps_per_epoch = check_int(owner, "steps_per_epoch", steps_per_epoch, minimum=1)
+    damping_init = check_number(owner, "damping_init", damping_init)
+    decay_rate = check_number(owner, "decay_rate", decay_rate)
     total = total_epochs * steps_per_epoch
     epoch = (torch.arange(total, dtype=torch.float64) + 1) / steps_per_epoch
     damping = damping_init * decay_rate ** (epoch / 10.0)

@@ -48,6 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_amp._validation import type_error
+
 __all__ = [
     "LayerFactors",
     "SUPPORTED_LAYERS",
@@ -129,9 +131,9 @@ class LayerFactors:
 
     def __init__(self, module: nn.Module, name: str = "", index: int = 0) -> None:
         if not is_supported_layer(module):
-            raise TypeError(
-                f"LayerFactors: the argument 'module' must be a Linear, Conv1d/Conv2d (groups=1) "
-                f"or dense Embedding layer whose weight requires grad, but got {module!r}."
+            raise type_error(
+                "LayerFactors", "module", "a Linear, Conv1d/Conv2d (groups=1) or dense Embedding "
+                "layer whose weight requires grad", module
             )
         self.module = module
         self.name = name
@@ -178,10 +180,6 @@ class LayerFactors:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
-        self._records.clear()
-
-    def clear_pending(self) -> None:
-        """Drop the statistics recorded since the last :meth:`take_pending`."""
         self._records.clear()
 
     def _forward_hook(self, module: nn.Module, inputs: tuple, output: Any) -> None:

@@ -11,10 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_amp import Model
-from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager
-from lit_amp.thor import THOR, ConvertModelUtils, thor
-from lit_amp.thor.model_thor import ThorModel
+from lit_amp import DynamicLossScaleManager, Model
+from lit_amp.model.thor import ConvertModelUtils, ThorModel
+from lit_amp.optim.thor import THOR, thor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,6 +66,13 @@ def test_alternation_in_sink_and_non_sink_mode(sink, epochs, steps):
     assert seen == [k % 3 == 0 for k in range(steps)]
     assert opt.refreshes == len(range(0, steps, 3))
     assert all(torch.isfinite(p).all() for p in net.parameters())
+
+
+def test_lit_amp_thor_re_exports_the_model_side():
+    import lit_amp.thor
+
+    assert lit_amp.thor.ConvertModelUtils is ConvertModelUtils
+    assert lit_amp.thor.ThorModel is ThorModel
 
 
 def test_non_thor_optimizer_returns_the_model_unchanged():
@@ -166,8 +172,7 @@ def test_users_lightning_module_and_checkpoint(tmp_path):
 
 
 def test_under_amp_precision_plugin_factors_stay_fp32():
-    pytest.importorskip("lit_amp.plugins.amp_precision")
-    from lit_amp.plugins.amp_precision import AmpPrecision
+    from lit_amp import AmpPrecision
 
     plugin = AmpPrecision("O2", dtype=torch.bfloat16)
     module = _UserModule()
@@ -183,8 +188,7 @@ def test_under_amp_precision_plugin_factors_stay_fp32():
 
 
 def test_under_amp_precision_with_dynamic_loss_scaling():
-    pytest.importorskip("lit_amp.plugins.amp_precision")
-    from lit_amp.plugins.amp_precision import AmpPrecision
+    from lit_amp import AmpPrecision
 
     plugin = AmpPrecision(
         "O2", dtype=torch.bfloat16, loss_scale_manager=DynamicLossScaleManager(2.0**10, 2, 1000)
