@@ -1,7 +1,7 @@
 """Where a DDP training step's time goes, per rank: plain DDP vs boost O2 (issue #6).
 
 Runs ``bench/boost.py``'s DDP variants (same model, data and trainer) in 2 gloo processes with
-wall-clock timers wrapped around the step's phases: forward (``LitModel._loss_of``), backward,
+wall-clock timers wrapped around the step's phases: forward (``LitModel.loss_of``), backward,
 optimizer step (of which AdaSum's snapshot, post-step work and exchange), Lightning's per-step
 SIGTERM broadcast, and the whole ``advance`` of Lightning's epoch loop. Milliseconds per step,
 median over ``--reps`` interleaved repetitions. The timers add a few microseconds per call.
@@ -51,7 +51,7 @@ def _instrument() -> None:
     import lit_amp.boost.adasum as A
     from lit_amp.model.lit_model import LitModel
 
-    _wrap(LitModel, "_loss_of", "forward")
+    _wrap(LitModel, "loss_of", "forward")
     _wrap(LitModel, "_backward", "backward")
     _wrap(LitModel, "_optimizer_step", "optimizer step")
     _wrap(A.AdaSumHooks, "_pre", "  AdaSum snapshot")

@@ -337,7 +337,7 @@ class DimReduce(BoostAlgorithm):
         rho, gamma, alpha, sigma, n_components, pca_mat_path, weight_load_dir, timeout:
             MindSpore's ``dim_reduce`` settings (``timeout`` is accepted and unused).
         loss_fn: ``(pl_module, batch) -> loss`` for the line search; default
-            ``pl_module._loss_of(batch)`` (``LitModel``). Required for other modules.
+            ``pl_module.loss_of(batch)`` (``LitModel``). Required for other modules.
 
     Example:
         >>> cb = DimReduce(pca_mat_path="pca.npy")  # doctest: +SKIP
@@ -382,9 +382,9 @@ class DimReduce(BoostAlgorithm):
         from lit_amp.boost.base import find_network
 
         network = find_network(pl_module)
-        if self.loss_fn is None and not hasattr(pl_module, "_loss_of"):
+        if self.loss_fn is None and not hasattr(pl_module, "loss_of"):
             raise ValueError(
-                f"DimReduce: {type(pl_module).__name__} has no '_loss_of(batch)'; pass "
+                f"DimReduce: {type(pl_module).__name__} has no 'loss_of(batch)'; pass "
                 "DimReduce(loss_fn=lambda module, batch: ...) for the line search."
             )
         self.optimizer = self.make_optimizer(network)
@@ -409,7 +409,7 @@ class DimReduce(BoostAlgorithm):
         def loss() -> Tensor:
             saved = [b.clone() for b in buffers]
             try:
-                return fn(pl_module, batch) if fn is not None else pl_module._loss_of(batch)
+                return fn(pl_module, batch) if fn is not None else pl_module.loss_of(batch)
             finally:
                 for b, s in zip(buffers, saved):
                     b.copy_(s)

@@ -11,15 +11,15 @@ from __future__ import annotations
 from lit_amp._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
-    "Callback": "lit_amp.callbacks._callback",
-    "RunContext": "lit_amp.callbacks._callback",
-    "InternalCallbackParam": "lit_amp.callbacks._callback",
-    "CallbackList": "lit_amp.callbacks._callback",
+    "Callback": "lit_amp.callbacks.base",
+    "RunContext": "lit_amp.callbacks.base",
+    "InternalCallbackParam": "lit_amp.callbacks.base",
+    "CallbackList": "lit_amp.callbacks.base",
     "MindSporeCallbackBridge": "lit_amp.callbacks.bridge",
     "LossMonitor": "lit_amp.callbacks.loss_monitor",
     "TimeMonitor": "lit_amp.callbacks.time_monitor",
     "ModelCheckpoint": "lit_amp.callbacks.checkpoint",
-    "CheckpointConfig": "lit_amp.callbacks.checkpoint",
+    "CheckpointConfig": "lit_amp.callbacks.checkpoint_config",
     "EarlyStopping": "lit_amp.callbacks.early_stopping",
     "ReduceLROnPlateau": "lit_amp.callbacks.reduce_lr_on_plateau",
     "LearningRateScheduler": "lit_amp.callbacks.lr_scheduler",

@@ -7,9 +7,10 @@ import os
 import stat
 from typing import Any
 
-from lit_amp.callbacks._builtin_utils import check_bool, check_int, is_rank_zero
-from lit_amp.callbacks._callback import Callback, RunContext
-from lit_amp.checkpoint_io import load_checkpoint, save_checkpoint
+from lit_amp._io import load_checkpoint, save_checkpoint
+from lit_amp._validation import check_bool, check_int
+from lit_amp.callbacks._utils import is_rank_zero
+from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["BackupAndRestore"]
 

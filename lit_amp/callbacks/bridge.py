@@ -1,4 +1,4 @@
-"""The bridge from Lightning's hooks to MindSpore callbacks, in MindSpore's order (spec §1.4).
+"""The bridge from Lightning's hooks to MindSpore callbacks, in MindSpore's order.
 
 One :class:`MindSporeCallbackBridge` (a Lightning ``Callback``) per ``Model.train`` / ``fit`` /
 ``eval`` call. It owns the run's ``cb_params`` and ``RunContext`` and translates:
@@ -19,6 +19,14 @@ on_exception                       ModelCheckpoint ``exception_save``; leave cal
 
 In sink mode one Lightning batch is one sink, so step hooks fire once per sink with the last
 step's outputs, and a stop request takes effect at the sink's end.
+
+The MindSpore side of each hook is a public method (:meth:`~MindSporeCallbackBridge.begin_train`,
+:meth:`~MindSporeCallbackBridge.begin_epoch`, :meth:`~MindSporeCallbackBridge.begin_step`,
+:meth:`~MindSporeCallbackBridge.end_step`, :meth:`~MindSporeCallbackBridge.end_epoch`,
+:meth:`~MindSporeCallbackBridge.end_train`, the eval pieces and
+:meth:`~MindSporeCallbackBridge.leave_on_exception`), so that a loop with other epoch
+accounting — ``RecModel.online_train``'s, where in sink mode every batch is one epoch —
+subclasses the bridge and overrides only the Lightning hooks whose mapping differs.
 """
 
 from __future__ import annotations
@@ -26,11 +34,12 @@ from __future__ import annotations
 import copy
 import logging
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 
-from lit_amp.callbacks._callback import CallbackList, InternalCallbackParam, RunContext
+from lit_amp.callbacks.base import CallbackList, InternalCallbackParam, RunContext
 
 __all__ = ["MindSporeCallbackBridge", "outputs_to_net_outputs", "should_eval"]
 
@@ -38,11 +47,20 @@ log = logging.getLogger(__name__)
 
 _NEVER = 10**9  # a check_val_every_n_epoch that no epoch reaches
 
+#: the ``cb_params`` keys an evaluation during training changes and puts back afterwards
+_TRAIN_KEYS = ("mode", "cur_step_num", "batch_num", "dataset_sink_mode", "net_outputs")
+
 
 def outputs_to_net_outputs(outputs: Any) -> Any:
     """Lightning's training-step output dict -> MindSpore ``net_outputs``.
 
     A plain loss becomes the loss tensor; under loss scaling ``(loss, overflow, loss_scale)``.
+
+    Example:
+        >>> outputs_to_net_outputs({"loss": 1.5})
+        1.5
+        >>> outputs_to_net_outputs({"loss": 1.5, "overflow": False, "loss_scale": 1024.0})
+        (1.5, False, 1024.0)
     """
     if isinstance(outputs, dict):
         if "overflow" in outputs:
@@ -52,7 +70,12 @@ def outputs_to_net_outputs(outputs: Any) -> Any:
 
 
 def should_eval(epoch: int, valid_frequency: int | list[int]) -> bool:
-    """MindSpore's ``_should_eval``: ``epoch % f == 0`` for an int, ``epoch in f`` for a list."""
+    """MindSpore's ``_should_eval``: ``epoch % f == 0`` for an int, ``epoch in f`` for a list.
+
+    Example:
+        >>> should_eval(4, 2), should_eval(3, [1, 3]), should_eval(3, 0)
+        (True, True, False)
+    """
     if isinstance(valid_frequency, int):
         return valid_frequency > 0 and epoch % valid_frequency == 0
     return epoch in valid_frequency
@@ -68,6 +91,19 @@ class MindSporeCallbackBridge(L.Callback):
         initial_epoch: epochs already done (``cur_epoch_num`` continues from it).
         valid_frequency: for ``fit``: evaluate after epochs where :func:`should_eval` holds.
         eval_during_fit: whether a validation dataset is attached (``fit`` only).
+
+    Example:
+        >>> from lit_amp.callbacks import Callback
+        >>> class Steps(Callback):
+        ...     def on_train_step_end(self, run_context):
+        ...         print("step", run_context.original_args().cur_step_num)
+        >>> params = InternalCallbackParam(cur_step_num=0, cur_epoch_num=0)
+        >>> bridge = MindSporeCallbackBridge(CallbackList([Steps()]), params)
+        >>> bridge.begin_train()
+        >>> bridge.begin_step(batch=None)
+        >>> bridge.end_step({"loss": 0.5})
+        step 1
+        >>> bridge.end_train()
     """
 
     def __init__(
@@ -93,11 +129,132 @@ class MindSporeCallbackBridge(L.Callback):
 
     @property
     def state_key(self) -> str:
-        return f"MindSporeCallbackBridge{id(self)}"
+        return f"{type(self).__name__}{id(self)}"
+
+    # ---------------------------------------------------------------- the MindSpore side
+    def call(self, hook: str, cbs: CallbackList | None = None) -> None:
+        """Call MindSpore hook ``hook`` on ``cbs`` (default: all the run's callbacks)."""
+        (cbs or self.callbacks).call(hook, self.run_context)
+
+    def begin_train(self) -> None:
+        """Enter the callbacks (``__enter__``) and call ``on_train_begin``."""
+        self.cb.mode = "train"
+        self.callbacks.enter()
+        self.call("on_train_begin")
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Set ``cur_epoch_num`` to ``epoch`` and call ``on_train_epoch_begin``."""
+        self.cb.cur_epoch_num = epoch
+        self.call("on_train_epoch_begin")
+
+    def begin_step(self, batch: Any, steps: int = 1) -> None:
+        """Advance ``cur_step_num`` by ``steps``, set the batch and call ``on_train_step_begin``.
+
+        Args:
+            batch: the batch (``train_dataset_element``; a sink's last step batch).
+            steps: the steps the batch stands for (``sink_size`` in ``Model.train``'s sink).
+        """
+        self.cb.cur_step_num += steps
+        self.cb.train_dataset_element = batch
+        self.call("on_train_step_begin")
+
+    def end_step(self, outputs: Any) -> None:
+        """Set ``net_outputs`` from Lightning's step outputs and call ``on_train_step_end``."""
+        self.cb.net_outputs = outputs_to_net_outputs(outputs)
+        self.call("on_train_step_end")
+
+    def end_epoch(self) -> None:
+        """Call ``on_train_epoch_end``; the epoch's ``metrics`` / ``eval_results`` go after it."""
+        self.call("on_train_epoch_end")
+        self.cb.pop("metrics", None)
+        self.cb.pop("eval_results", None)
+
+    def end_train(self) -> None:
+        """Call ``on_train_end`` and leave the callbacks (``__exit__``), even if it raises."""
+        try:
+            self.call("on_train_end")
+        finally:
+            self.callbacks.exit()
+
+    def begin_fit_eval(self, batch_num: int | None) -> None:
+        """Start an evaluation during training: save the train keys, call ``on_eval_begin``.
+
+        Only the eval callbacks of training (custom callbacks and ``TimeMonitor``) are called
+        until :meth:`end_fit_eval`.
+
+        Args:
+            batch_num: the evaluation's batches (``cb_params.batch_num``), None if unknown.
+        """
+        self._in_fit_eval = True
+        self._saved = {k: self.cb.get(k) for k in _TRAIN_KEYS}
+        self.cb.dataset_sink_mode = False
+        self._begin_eval(batch_num)
+
+    def begin_eval_epoch(self) -> None:
+        """Call ``on_eval_epoch_begin`` (an evaluation is one epoch)."""
+        self.call("on_eval_epoch_begin", self._eval_cbs())
+
+    def eval_step_begin(self, batch: Any) -> None:
+        """Advance the eval ``cur_step_num``, set the batch, call ``on_eval_step_begin``."""
+        self.cb.cur_step_num += 1
+        self.cb.eval_dataset_element = batch
+        self.call("on_eval_step_begin", self._eval_cbs())
+
+    def eval_step_end(self, outputs: Any) -> None:
+        """Set the eval ``net_outputs`` and call ``on_eval_step_end``."""
+        self.cb.net_outputs = outputs
+        self.call("on_eval_step_end", self._eval_cbs())
+
+    def end_eval(self, results: Mapping[str, Any]) -> None:
+        """Set ``metrics`` from ``results`` and call ``on_eval_epoch_end`` and ``on_eval_end``.
+
+        Args:
+            results: the evaluated module's ``last_eval_results`` (``"metrics"``,
+                ``"eval_loss"``).
+        """
+        self.cb.metrics = dict(results.get("metrics", {}))
+        self.call("on_eval_epoch_end", self._eval_cbs())
+        self.call("on_eval_end", self._eval_cbs())
+
+    def end_fit_eval(self, results: Mapping[str, Any] | None) -> None:
+        """Put the train keys back; with ``results``, expose ``metrics`` / ``eval_results``.
+
+        ``results`` is None when the evaluation failed (the keys are restored either way).
+        """
+        for k, v in self._saved.items():
+            self.cb[k] = v
+        self.cb.mode = "train"
+        self._in_fit_eval = False
+        if results is None:
+            return
+        metrics = dict(results.get("metrics", {}))
+        eval_results = copy.deepcopy(metrics)
+        if results.get("eval_loss") is not None:
+            eval_results["eval_loss"] = results["eval_loss"]
+        self.cb.metrics = metrics
+        self.cb.eval_results = eval_results
+
+    def leave_on_exception(self) -> None:
+        """Save ``ModelCheckpoint(exception_save=True)`` breakpoints; leave the callbacks."""
+        for cb in self.callbacks:
+            config = getattr(cb, "config", None) if type(cb).__name__ == "ModelCheckpoint" else None
+            if config is not None and getattr(config, "exception_save", False):
+                try:
+                    cb.save_breakpoint(self.cb)
+                except Exception:  # the original exception matters more
+                    log.exception("ModelCheckpoint could not save the breakpoint checkpoint")
+        self.callbacks.exit(sys.exc_info() if sys.exc_info()[0] else (None, None, None))
 
     # ---------------------------------------------------------------- helpers
-    def _call(self, hook: str, cbs: CallbackList | None = None) -> None:
-        (cbs or self.callbacks).call(hook, self.run_context)
+    def _begin_eval(self, batch_num: int | None) -> None:
+        self.cb.batch_num = batch_num
+        self.cb.mode = "eval"
+        self.cb.cur_step_num = 0
+        self.cb.pop("metrics", None)
+        self.call("on_eval_begin", self._eval_cbs())
+
+    def _eval_cbs(self) -> CallbackList:
+        return self.eval_callbacks if self._in_fit_eval else self.callbacks
 
     def _sync_stop(self, trainer: L.Trainer) -> None:
         if self.run_context.get_stop_requested():
@@ -107,32 +264,27 @@ class MindSporeCallbackBridge(L.Callback):
         self.cb.device_number = trainer.world_size
         self.cb.rank = trainer.global_rank
 
-    # ---------------------------------------------------------------- train
+    # ---------------------------------------------------------------- Lightning: train
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._common(trainer)
-        self.cb.mode = "train"
         self.cb.cur_step_num = 0
         self.cb.cur_epoch_num = self.initial_epoch
-        self.callbacks.enter()
-        self._call("on_train_begin")
+        self.begin_train()
         self._sync_stop(trainer)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         epoch = self.initial_epoch + trainer.current_epoch + 1
-        self.cb.cur_epoch_num = epoch
         if self.eval_during_fit:
             # MindSpore's valid_frequency (an int or a list of absolute epochs) decides per epoch
             trainer.check_val_every_n_epoch = (
                 1 if should_eval(epoch, self.valid_frequency) else _NEVER
             )
-        self._call("on_train_epoch_begin")
+        self.begin_epoch(epoch)
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self.cb.cur_step_num += self.sink_size
-        self.cb.train_dataset_element = batch[-1] if self.sink_size > 1 else batch
-        self._call("on_train_step_begin")
+        self.begin_step(batch[-1] if self.sink_size > 1 else batch, self.sink_size)
 
     def on_train_batch_end(
         self,
@@ -142,46 +294,29 @@ class MindSporeCallbackBridge(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        self.cb.net_outputs = outputs_to_net_outputs(outputs)
-        self._call("on_train_step_end")
+        self.end_step(outputs)
         self._sync_stop(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._call("on_train_epoch_end")
-        self.cb.pop("metrics", None)
-        self.cb.pop("eval_results", None)
+        self.end_epoch()
         self._sync_stop(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        try:
-            self._call("on_train_end")
-        finally:
-            self.callbacks.exit()
+        self.end_train()
 
-    # ---------------------------------------------------------------- eval
-    def _eval_cbs(self) -> CallbackList:
-        return self.eval_callbacks if self._in_fit_eval else self.callbacks
-
+    # ---------------------------------------------------------------- Lightning: eval
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._common(trainer)
-        self._in_fit_eval = trainer.state.fn == "fit"
-        if self._in_fit_eval:
-            self._saved = {
-                k: self.cb.get(k)
-                for k in ("mode", "cur_step_num", "batch_num", "dataset_sink_mode", "net_outputs")
-            }
-            self.cb.dataset_sink_mode = False
+        nb = trainer.num_val_batches
+        batch_num = int(sum(nb)) if isinstance(nb, list) else int(nb)
+        if trainer.state.fn == "fit":
+            self.begin_fit_eval(batch_num)
         else:
             self.callbacks.enter()
-        nb = trainer.num_val_batches
-        self.cb.batch_num = int(sum(nb)) if isinstance(nb, list) else int(nb)
-        self.cb.mode = "eval"
-        self.cb.cur_step_num = 0
-        self.cb.pop("metrics", None)
-        self._call("on_eval_begin", self._eval_cbs())
+            self._begin_eval(batch_num)
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._call("on_eval_epoch_begin", self._eval_cbs())
+        self.begin_eval_epoch()
 
     def on_validation_batch_start(
         self,
@@ -191,9 +326,7 @@ class MindSporeCallbackBridge(L.Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self.cb.cur_step_num += 1
-        self.cb.eval_dataset_element = batch
-        self._call("on_eval_step_begin", self._eval_cbs())
+        self.eval_step_begin(batch)
 
     def on_validation_batch_end(
         self,
@@ -204,42 +337,20 @@ class MindSporeCallbackBridge(L.Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self.cb.net_outputs = outputs
-        self._call("on_eval_step_end", self._eval_cbs())
-
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # the LightningModule's own on_validation_epoch_end (which computes the metrics) runs
-        # after the callbacks' — compute here from its results when they are ready
-        pass
+        self.eval_step_end(outputs)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the LightningModule's own on_validation_epoch_end (which computes the metrics) runs
+        # after the callbacks' on_validation_epoch_end: read its results here, when ready
         res = getattr(pl_module, "last_eval_results", {}) or {}
-        metrics = dict(res.get("metrics", {}))
-        self.cb.metrics = metrics
-        self._call("on_eval_epoch_end", self._eval_cbs())
-        self._call("on_eval_end", self._eval_cbs())
+        self.end_eval(res)
         if self._in_fit_eval:
-            eval_results = copy.deepcopy(metrics)
-            if res.get("eval_loss") is not None:
-                eval_results["eval_loss"] = res["eval_loss"]
-            for k, v in self._saved.items():
-                self.cb[k] = v
-            self.cb.metrics = metrics
-            self.cb.eval_results = eval_results
-            self.cb.mode = "train"
-            self._in_fit_eval = False
+            self.end_fit_eval(res)
         else:
             self.callbacks.exit()
 
-    # ---------------------------------------------------------------- failures
+    # ---------------------------------------------------------------- Lightning: failures
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        for cb in self.callbacks:
-            config = getattr(cb, "config", None) if type(cb).__name__ == "ModelCheckpoint" else None
-            if config is not None and getattr(config, "exception_save", False):
-                try:
-                    cb.save_breakpoint(self.cb)
-                except Exception:  # the original exception matters more
-                    log.exception("ModelCheckpoint could not save the breakpoint checkpoint")
-        self.callbacks.exit(sys.exc_info() if sys.exc_info()[0] else (None, None, None))
+        self.leave_on_exception()

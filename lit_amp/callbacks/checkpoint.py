@@ -1,6 +1,9 @@
-"""MindSpore's ``CheckpointConfig`` and ``ModelCheckpoint``: periodic checkpoints during training.
+"""MindSpore's ``ModelCheckpoint``: periodic checkpoints during training.
 
-Checkpoints are written with :func:`lit_amp.checkpoint_io.save_checkpoint` (a ``torch.save``d
+What and when to save is a :class:`~lit_amp.callbacks.checkpoint_config.CheckpointConfig`
+(re-exported here, its import path of earlier releases).
+
+Checkpoints are written with :func:`lit_amp.save_checkpoint` (a ``torch.save``d
 dict holding the network's state dict, the optimizer state and the loss-scale state).
 """
 
@@ -16,18 +19,15 @@ from typing import Any
 
 import torch
 
-from lit_amp.callbacks._builtin_utils import check_bool, check_int, check_str, is_rank_zero
-from lit_amp.callbacks._callback import Callback, RunContext
-from lit_amp.checkpoint_io import save_checkpoint
+from lit_amp._io import save_checkpoint
+from lit_amp.callbacks._utils import is_rank_zero
+from lit_amp.callbacks.base import Callback, RunContext
+from lit_amp.callbacks.checkpoint_config import CheckpointConfig
 
 __all__ = ["CheckpointConfig", "ModelCheckpoint"]
 
 log = logging.getLogger(__name__)
 
-_INFO_LIST = ("epoch_num", "step_num")
-_ENC_MODES = ("AES-GCM", "AES-CBC", "SM4-CBC")
-_KNOWN_KWARGS = ("incremental", "crc_check", "remove_redundancy", "format")
-_FORMATS = ("ckpt",)
 _BREAKPOINT_SUFFIX = "_breakpoint.ckpt"
 
 
@@ -61,275 +61,6 @@ def _changed_prefix(directory: str, prefix: str, exception: bool = False) -> str
             if num.isdigit():
                 suffix_num = max(suffix_num, int(num) + 1)
     return f"{prefix}_{suffix_num}" if suffix_num else prefix
-
-
-class CheckpointConfig:
-    """How often :class:`ModelCheckpoint` saves, how many files it keeps, and what it saves.
-
-    Save triggers: every ``save_checkpoint_steps`` steps, or (when that is 0 or None) every
-    ``save_checkpoint_seconds`` seconds. Keep policy: at most ``keep_checkpoint_max`` files, or
-    (when that is 0 or None) one file per ``keep_checkpoint_per_n_minutes`` minutes; when both
-    keep options are 0 or None, ``keep_checkpoint_max`` becomes 1.
-
-    Args:
-        save_checkpoint_steps: save every this many steps (non-negative int or None).
-        save_checkpoint_seconds: save every this many seconds; ignored when
-            ``save_checkpoint_steps`` > 0 (non-negative int or None).
-        keep_checkpoint_max: keep at most this many files (non-negative int or None).
-        keep_checkpoint_per_n_minutes: keep one file per this many minutes; ignored when
-            ``keep_checkpoint_max`` > 0 (non-negative int or None).
-        integrated_save: accepted for compatibility (merging split tensors of MindSpore's
-            automatic parallelism); state dicts are always saved whole.
-        async_save: write the file in a background thread from a CPU snapshot of the state.
-        saved_network: a ``torch.nn.Module`` to save instead of the train network (then the
-            optimizer state is not saved).
-        append_info: a list of ``"epoch_num"``, ``"step_num"`` and at most one dict
-            ``{str: int | float | bool | str | torch.Tensor}``, stored in the checkpoint's
-            ``"append_info"``.
-        enc_key: must be None: lit_amp checkpoints are not encrypted (encrypt the files with
-            your own tooling); a key raises ValueError rather than silently saving plain text.
-        enc_mode: one of 'AES-GCM', 'AES-CBC', 'SM4-CBC' (checked, unused without a key).
-        exception_save: whether ``Model`` saves a ``*_breakpoint.ckpt`` when training raises.
-        **kwargs: MindSpore's extra options ``incremental``, ``crc_check``,
-            ``remove_redundancy`` (bools, accepted and unused) and ``format`` (only ``"ckpt"``).
-
-    Raises:
-        TypeError: a count is not an int; a flag is not a bool; ``saved_network`` is not a
-            module; ``append_info`` is not a list of str and dicts, holds two dicts, or its
-            dict has a non-str key or an unsupported value; ``enc_key`` is not bytes or None;
-            ``enc_mode`` is not a str; an unknown keyword argument.
-        ValueError: a count is negative; all four counts are 0 or None; an ``append_info``
-            string is not "epoch_num" or "step_num"; ``enc_key`` is given; ``enc_mode`` or
-            ``format`` is not an allowed value.
-
-    Example:
-        >>> config = CheckpointConfig(save_checkpoint_steps=100, keep_checkpoint_max=3,
-        ...                           append_info=["epoch_num", {"lr": 0.01}])
-        >>> config.save_checkpoint_steps, config.save_checkpoint_seconds
-        (100, None)
-        >>> config.append_dict
-        {'epoch_num': 0, 'lr': 0.01}
-    """
-
-    def __init__(
-        self,
-        save_checkpoint_steps: int | None = 1,
-        save_checkpoint_seconds: int | None = 0,
-        keep_checkpoint_max: int | None = 5,
-        keep_checkpoint_per_n_minutes: int | None = 0,
-        integrated_save: bool = True,
-        async_save: bool = False,
-        saved_network: torch.nn.Module | None = None,
-        append_info: list[str | dict[str, Any]] | None = None,
-        enc_key: bytes | None = None,
-        enc_mode: str = "AES-GCM",
-        exception_save: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        owner = "CheckpointConfig"
-        steps = check_int(
-            owner, "save_checkpoint_steps", save_checkpoint_steps, minimum=0, allow_none=True
-        )
-        seconds = check_int(
-            owner, "save_checkpoint_seconds", save_checkpoint_seconds, minimum=0, allow_none=True
-        )
-        keep_max = check_int(
-            owner, "keep_checkpoint_max", keep_checkpoint_max, minimum=0, allow_none=True
-        )
-        keep_minutes = check_int(
-            owner,
-            "keep_checkpoint_per_n_minutes",
-            keep_checkpoint_per_n_minutes,
-            minimum=0,
-            allow_none=True,
-        )
-        if saved_network is not None and not isinstance(saved_network, torch.nn.Module):
-            raise TypeError(
-                f"For '{owner}', the argument 'saved_network' must be None or a torch.nn.Module, "
-                f"but got {type(saved_network).__name__}."
-            )
-        if not steps and not seconds and not keep_max and not keep_minutes:
-            raise ValueError(
-                f"For '{owner}', the arguments 'save_checkpoint_steps' ({steps}), "
-                f"'save_checkpoint_seconds' ({seconds}), 'keep_checkpoint_max' ({keep_max}) and "
-                f"'keep_checkpoint_per_n_minutes' ({keep_minutes}) can't all be None or 0."
-            )
-        self.exception_save = check_bool(owner, "exception_save", exception_save)
-
-        self._save_checkpoint_steps = steps
-        self._save_checkpoint_seconds = seconds
-        if steps and steps > 0:
-            self._save_checkpoint_seconds = None
-
-        self._keep_checkpoint_max = keep_max
-        self._keep_checkpoint_per_n_minutes = keep_minutes
-        if keep_max and keep_max > 0:
-            self._keep_checkpoint_per_n_minutes = None
-        elif not keep_minutes:
-            self._keep_checkpoint_max = 1
-
-        self._integrated_save = check_bool(owner, "integrated_save", integrated_save)
-        self._async_save = check_bool(owner, "async_save", async_save)
-        self._saved_network = saved_network
-        self._append_dict = self._handle_append_info(append_info)
-
-        if enc_key is not None and not isinstance(enc_key, bytes):
-            raise TypeError(
-                f"For '{owner}', the argument 'enc_key' must be None or bytes, but got "
-                f"{type(enc_key).__name__}."
-            )
-        if enc_key is not None:
-            raise ValueError(
-                f"For '{owner}', the argument 'enc_key' must be None: lit_amp writes plain "
-                "torch.save checkpoints and does not encrypt them; encrypt the files with your "
-                "own tooling instead of relying on an unencrypted save."
-            )
-        self._enc_key = enc_key
-        check_str(owner, "enc_mode", enc_mode)
-        if enc_mode not in _ENC_MODES:
-            raise ValueError(
-                f"For '{owner}', the argument 'enc_mode' must be one of {list(_ENC_MODES)}, "
-                f"but got {enc_mode!r}."
-            )
-        self._enc_mode = enc_mode
-
-        unknown = sorted(set(kwargs) - set(_KNOWN_KWARGS))
-        if unknown:
-            raise TypeError(
-                f"For '{owner}', got unexpected keyword argument(s) {unknown}; the allowed extra "
-                f"keyword arguments are {list(_KNOWN_KWARGS)}."
-            )
-        for key in ("incremental", "crc_check", "remove_redundancy"):
-            if key in kwargs:
-                check_bool(owner, key, kwargs[key])
-        fmt = kwargs.get("format", "ckpt")
-        check_str(owner, "format", fmt)
-        if fmt not in _FORMATS:
-            raise ValueError(
-                f"For '{owner}', the argument 'format' must be one of {list(_FORMATS)}, "
-                f"but got {fmt!r}."
-            )
-        self._map_param_inc = bool(kwargs.get("incremental", False))
-        self._crc_check = bool(kwargs.get("crc_check", False))
-        self._remove_redundancy = bool(kwargs.get("remove_redundancy", False))
-        self._format = fmt
-
-    @property
-    def save_checkpoint_steps(self) -> int | None:
-        """Steps between two saves (0 or None: save by seconds)."""
-        return self._save_checkpoint_steps
-
-    @property
-    def save_checkpoint_seconds(self) -> int | None:
-        """Seconds between two saves (None when ``save_checkpoint_steps`` > 0)."""
-        return self._save_checkpoint_seconds
-
-    @property
-    def keep_checkpoint_max(self) -> int | None:
-        """Maximum number of checkpoint files kept."""
-        return self._keep_checkpoint_max
-
-    @property
-    def keep_checkpoint_per_n_minutes(self) -> int | None:
-        """Keep one file per this many minutes (None when ``keep_checkpoint_max`` > 0)."""
-        return self._keep_checkpoint_per_n_minutes
-
-    @property
-    def integrated_save(self) -> bool:
-        """Accepted for compatibility; state dicts are always saved whole."""
-        return self._integrated_save
-
-    @property
-    def async_save(self) -> bool:
-        """Whether files are written by a background thread."""
-        return self._async_save
-
-    @property
-    def saved_network(self) -> torch.nn.Module | None:
-        """The module saved instead of the train network, or None."""
-        return self._saved_network
-
-    @property
-    def enc_key(self) -> bytes | None:
-        """Always None (encryption is not supported)."""
-        return self._enc_key
-
-    @property
-    def enc_mode(self) -> str:
-        """The encryption mode name (unused)."""
-        return self._enc_mode
-
-    @property
-    def append_dict(self) -> dict[str, Any] | None:
-        """The extra information stored in each checkpoint, or None."""
-        return self._append_dict
-
-    @property
-    def map_param_inc(self) -> bool:
-        """MindSpore's ``incremental`` option (accepted, unused)."""
-        return self._map_param_inc
-
-    def get_checkpoint_policy(self) -> dict[str, Any]:
-        """The save and keep policy as a dict.
-
-        Example:
-            >>> CheckpointConfig().get_checkpoint_policy()["keep_checkpoint_max"]
-            5
-        """
-        return {
-            "save_checkpoint_steps": self.save_checkpoint_steps,
-            "save_checkpoint_seconds": self.save_checkpoint_seconds,
-            "keep_checkpoint_max": self.keep_checkpoint_max,
-            "keep_checkpoint_per_n_minutes": self.keep_checkpoint_per_n_minutes,
-            "saved_network": self.saved_network,
-        }
-
-    @staticmethod
-    def _handle_append_info(append_info: Any) -> dict[str, Any] | None:
-        owner = "CheckpointConfig"
-        if append_info is None or (isinstance(append_info, list) and not append_info):
-            return None
-        if not isinstance(append_info, list):
-            raise TypeError(
-                f"For '{owner}', the argument 'append_info' must be a list or None, but got "
-                f"{type(append_info).__name__}."
-            )
-        result: dict[str, Any] = {}
-        for name in _INFO_LIST:
-            if name in append_info:
-                result[name] = 0
-        dict_num = 0
-        for element in append_info:
-            if isinstance(element, str):
-                if element not in _INFO_LIST:
-                    raise ValueError(
-                        f"For '{owner}', a string in the argument 'append_info' must be one of "
-                        f"{list(_INFO_LIST)}, but got {element!r}."
-                    )
-            elif isinstance(element, dict):
-                dict_num += 1
-                if dict_num > 1:
-                    raise TypeError(
-                        f"For '{owner}', the argument 'append_info' may hold at most one dict, "
-                        f"but got {dict_num}."
-                    )
-                for key, value in element.items():
-                    if not isinstance(key, str) or not isinstance(
-                        value, (int, float, bool, str, torch.Tensor)
-                    ):
-                        raise TypeError(
-                            f"For '{owner}', the dict in the argument 'append_info' must map str "
-                            "to int, float, bool, str or torch.Tensor, but got key "
-                            f"{key!r} ({type(key).__name__}) with a value of type "
-                            f"{type(value).__name__}."
-                        )
-                    result[key] = value
-            else:
-                raise TypeError(
-                    f"For '{owner}', the elements of the argument 'append_info' must be str or "
-                    f"dict, but got {element!r} of type {type(element).__name__}."
-                )
-        return result
 
 
 class _CheckpointManager:
@@ -416,7 +147,7 @@ class ModelCheckpoint(Callback):
 
     What is saved: ``cb_params.train_network`` (an object with ``checkpoint_state()``: network,
     optimizer and loss-scale state) or ``config.saved_network``. Reload with
-    :func:`lit_amp.checkpoint_io.load_checkpoint`. After each save it sets
+    :func:`lit_amp.load_checkpoint`. After each save it sets
     ``cb_params.latest_ckpt_file`` and ``cb_params.last_save_ckpt_step``.
 
     Only global rank 0 writes or deletes files; every rank keeps the same bookkeeping.

@@ -7,19 +7,16 @@ import logging
 import math
 from typing import Any
 
-from lit_amp.callbacks._builtin_utils import (
+from lit_amp._validation import check_bool, check_choice, check_int, check_number, check_str
+from lit_amp.callbacks._utils import (
+    MONITOR_MODES,
     ImprovementMixin,
     available_monitors,
-    check_bool,
-    check_int,
-    check_mode,
-    check_number,
-    check_str,
     is_min_mode,
     is_rank_zero,
     monitor_value,
 )
-from lit_amp.callbacks._callback import Callback, RunContext
+from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["EarlyStopping"]
 
@@ -72,7 +69,7 @@ class EarlyStopping(ImprovementMixin, Callback):
             epoch end, the monitored value is not a scalar.
 
     Example:
-        >>> from lit_amp.callbacks._callback import RunContext
+        >>> from lit_amp.callbacks.base import RunContext
         >>> es = EarlyStopping(monitor="acc", patience=1)
         >>> for epoch, acc in enumerate([0.5, 0.7, 0.6], start=1):
         ...     rc = RunContext({"cur_epoch_num": epoch, "eval_results": {"acc": acc}})
@@ -97,7 +94,7 @@ class EarlyStopping(ImprovementMixin, Callback):
         self.min_delta = abs(float(check_number(owner, "min_delta", min_delta)))
         self.patience = check_int(owner, "patience", patience, minimum=0)
         self.verbose = check_bool(owner, "verbose", verbose)
-        self.mode = check_mode(owner, mode)
+        self.mode = check_choice(owner, "mode", check_str(owner, "mode", mode), MONITOR_MODES)
         b = check_number(owner, "baseline", baseline, allow_none=True)
         self.baseline = None if b is None else float(b)
         self.restore_best_weights = check_bool(owner, "restore_best_weights", restore_best_weights)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lit_amp.callbacks._callback import Callback, RunContext
+from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["History"]
 
@@ -36,7 +36,7 @@ class History(Callback):
 
     Example:
         >>> import torch
-        >>> from lit_amp.callbacks._callback import RunContext
+        >>> from lit_amp.callbacks.base import RunContext
         >>> h = History()
         >>> h.begin(RunContext({}))
         >>> h.epoch_end(RunContext({"cur_epoch_num": 1, "net_outputs": torch.tensor([1.0, 2.0]),

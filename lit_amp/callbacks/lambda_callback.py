@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lit_amp.callbacks._callback import EVAL_HOOKS, TRAIN_HOOKS, Callback, RunContext
+from lit_amp.callbacks.base import EVAL_HOOKS, TRAIN_HOOKS, Callback, RunContext
 
 __all__ = ["LambdaCallback"]
 
@@ -34,7 +34,7 @@ class LambdaCallback(Callback):
         TypeError: a hook is neither None nor callable.
 
     Example:
-        >>> from lit_amp.callbacks._callback import RunContext
+        >>> from lit_amp.callbacks.base import RunContext
         >>> cb = LambdaCallback(on_train_step_end=lambda rc: print(rc.original_args().cur_step_num))
         >>> cb.on_train_step_end(RunContext({"cur_step_num": 3}))
         3

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lit_amp.callbacks._builtin_utils import check_int, handle_loss, is_finite, is_rank_zero
-from lit_amp.callbacks._callback import Callback, RunContext
+from lit_amp._validation import check_int
+from lit_amp.callbacks._utils import handle_loss, is_finite, is_rank_zero
+from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["LossMonitor"]
 
@@ -33,7 +34,7 @@ class LossMonitor(Callback):
 
     Example:
         >>> import torch
-        >>> from lit_amp.callbacks._callback import RunContext
+        >>> from lit_amp.callbacks.base import RunContext
         >>> rc = RunContext({"cur_epoch_num": 1, "cur_step_num": 1, "batch_num": 4,
         ...                  "net_outputs": torch.tensor(0.5)})
         >>> LossMonitor().on_train_step_end(rc)

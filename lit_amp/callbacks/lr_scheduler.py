@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from lit_amp.callbacks._callback import Callback, RunContext
+from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["LearningRateScheduler"]
 
@@ -33,7 +33,7 @@ class LearningRateScheduler(Callback):
 
     Example:
         >>> import torch
-        >>> from lit_amp.callbacks._callback import RunContext
+        >>> from lit_amp.callbacks.base import RunContext
         >>> opt = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
         >>> cb = LearningRateScheduler(lambda lr, step: lr * 0.1 if step % 2 == 0 else lr)
         >>> cb.on_train_step_end(RunContext({"optimizer": opt, "cur_step_num": 2}))

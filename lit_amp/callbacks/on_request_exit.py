@@ -9,9 +9,10 @@ import threading
 from types import FrameType
 from typing import Any
 
-from lit_amp.callbacks._builtin_utils import check_bool, check_str, is_rank_zero
-from lit_amp.callbacks._callback import Callback, RunContext
-from lit_amp.checkpoint_io import load_checkpoint, save_checkpoint
+from lit_amp._io import load_checkpoint, save_checkpoint
+from lit_amp._validation import check_bool, check_str
+from lit_amp.callbacks._utils import is_rank_zero
+from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["OnRequestExit"]
 
@@ -29,7 +30,7 @@ class OnRequestExit(Callback):
     begin, if ``{directory}/{file_name}_train.ckpt`` exists it is loaded into
     ``cb_params.train_network`` (resuming an interrupted run). Once flagged, ``request_stop`` is
     called at every step end and epoch end; at train end ``{file_name}_train.ckpt`` is saved (the
-    network, optimizer and loss-scale state, via :func:`lit_amp.checkpoint_io.save_checkpoint`).
+    network, optimizer and loss-scale state, via :func:`lit_amp.save_checkpoint`).
     Evaluation mirrors this with ``{file_name}_eval.ckpt`` (loaded into ``cb_params.network``
     from the eval file, else the train file). Only global rank 0 writes files.
 

@@ -7,19 +7,16 @@ from typing import Any
 
 import torch
 
-from lit_amp.callbacks._builtin_utils import (
+from lit_amp._validation import check_bool, check_choice, check_int, check_number, check_str
+from lit_amp.callbacks._utils import (
+    MONITOR_MODES,
     ImprovementMixin,
     available_monitors,
-    check_bool,
-    check_int,
-    check_mode,
-    check_number,
-    check_str,
     is_min_mode,
     is_rank_zero,
     monitor_value,
 )
-from lit_amp.callbacks._callback import Callback, RunContext
+from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["ReduceLROnPlateau"]
 
@@ -76,7 +73,7 @@ class ReduceLROnPlateau(ImprovementMixin, Callback):
 
     Example:
         >>> import torch
-        >>> from lit_amp.callbacks._callback import RunContext
+        >>> from lit_amp.callbacks.base import RunContext
         >>> opt = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=1.0)
         >>> cb = ReduceLROnPlateau(monitor="loss", factor=0.5, patience=1, min_delta=0)
         >>> for loss in [1.0, 1.0, 1.0]:
@@ -109,15 +106,10 @@ class ReduceLROnPlateau(ImprovementMixin, Callback):
         self.factor = float(factor)
         self.patience = check_int(owner, "patience", patience, minimum=0)
         self.verbose = check_bool(owner, "verbose", verbose)
-        self.mode = check_mode(owner, mode)
+        self.mode = check_choice(owner, "mode", check_str(owner, "mode", mode), MONITOR_MODES)
         self.min_delta = abs(float(check_number(owner, "min_delta", min_delta)))
         self.cooldown = check_int(owner, "cooldown", cooldown, minimum=0)
-        min_lr = check_number(owner, "min_lr", min_lr)
-        if min_lr < 0:
-            raise ValueError(
-                f"For '{owner}', the argument 'min_lr' must be >= 0, but got {min_lr}."
-            )
-        self.min_lr = float(min_lr)
+        self.min_lr = check_number(owner, "min_lr", min_lr, minimum=0.0)
         self._min_mode = is_min_mode(self.mode, self.monitor)
         self.cooldown_counter = 0
         self.wait = 0

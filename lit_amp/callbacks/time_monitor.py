@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from lit_amp.callbacks._builtin_utils import check_bool, check_int, is_rank_zero
-from lit_amp.callbacks._callback import Callback, RunContext
+from lit_amp._validation import check_bool, check_int
+from lit_amp.callbacks._utils import is_rank_zero
+from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["TimeMonitor"]
 
@@ -38,7 +39,7 @@ class TimeMonitor(Callback):
             nor ``data_size`` gives a positive step count.
 
     Example:
-        >>> from lit_amp.callbacks._callback import RunContext
+        >>> from lit_amp.callbacks.base import RunContext
         >>> tm = TimeMonitor(data_size=10)
         >>> rc = RunContext({"mode": "train"})
         >>> tm.on_train_epoch_begin(rc)

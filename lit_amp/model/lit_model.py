@@ -7,6 +7,10 @@ MindSpore's ``TrainOneStepCell`` / ``TrainOneStepWithLossScaleCell``: forward, l
 scaled backward, unscale, overflow check, step or skip — so it works in anyone's Trainer:
 
     L.Trainer(max_epochs=3).fit(LitModel(net, loss, opt, metrics={"acc"}), train_dl, val_dl)
+
+Size: one LightningModule. Its hooks (train step, evaluation, predict, checkpoint state) share
+the three networks and the step counters and must be methods of the module; the argument
+rules (``_checks``) and the Lightning glue (``_lightning``) already live beside it.
 """
 
 from __future__ import annotations
@@ -21,78 +25,19 @@ from torch import nn
 
 from lit_amp.amp.cells import TrainOneStepCell, WithEvalCell, WithLossCell
 from lit_amp.metrics import get_metrics, metric_value_to_python, update_metrics
+from lit_amp.model._checks import AMP_LEVELS, BOOST_LEVELS, MODEL_KWARGS, check_model_arguments
+from lit_amp.model._lightning import (
+    all_on_cpu,
+    check_training_strategy,
+    fast_path_ok,
+    mean_over_ranks,
+)
 from lit_amp.model.data import as_batch_tuple
 
 __all__ = ["LitModel", "AMP_LEVELS", "BOOST_LEVELS", "MODEL_KWARGS"]
 
 log = logging.getLogger(__name__)
 
-AMP_LEVELS = ("O0", "O1", "O2", "O3", "auto")
-BOOST_LEVELS = ("O0", "O1", "O2")
-MODEL_KWARGS = ("loss_scale_manager", "keep_batchnorm_fp32", "boost_config_dict", "acc_level")
-_UNSET = object()
-
-
-def _check_level(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"'{name}' must be a str, one of {list(allowed)}, but got {value!r}.")
-    if value not in allowed:
-        raise ValueError(f"'{name}' must be one of {list(allowed)}, but got {value!r}.")
-
-
-def _check_eval_indexes(eval_indexes: Any) -> None:
-    if eval_indexes is None:
-        return
-    if (
-        not isinstance(eval_indexes, list)
-        or len(eval_indexes) != 3
-        or not all(isinstance(i, int) and not isinstance(i, bool) for i in eval_indexes)
-    ):
-        raise ValueError(
-            "'eval_indexes' must be None or a list of three ints [loss_index, predict_index, "
-            f"label_index], but got {eval_indexes!r}."
-        )
-
-
-_GRAD_HOOKS = (
-    "on_before_backward",
-    "on_after_backward",
-    "on_before_optimizer_step",
-    "on_before_zero_grad",
-)
-
-
-def _fast_path_ok(trainer: L.Trainer) -> bool:
-    """Whether backward/step may bypass Lightning's wrappers without changing behaviour.
-
-    True on a single device with the default precision plugin and no callback overriding a
-    gradient hook: there Lightning's ``manual_backward``/``LightningOptimizer.step`` only add
-    per-call bookkeeping (measured ~0.15 ms per step on the overhead benchmark).
-    """
-    from lightning.pytorch.plugins.precision import Precision
-    from lightning.pytorch.strategies import SingleDeviceStrategy
-
-    strategy = trainer.strategy
-    if (
-        type(strategy) is not SingleDeviceStrategy
-        or type(strategy.precision_plugin) is not Precision
-    ):
-        return False
-    for cb in trainer.callbacks:
-        for hook in _GRAD_HOOKS:
-            if getattr(type(cb), hook) is not getattr(L.Callback, hook):
-                return False
-    return True
-
-
-def _all_on_cpu(batch: Any) -> bool:
-    if torch.is_tensor(batch):
-        return batch.device.type == "cpu"
-    if isinstance(batch, (list, tuple)):
-        return all(_all_on_cpu(b) for b in batch)
-    if isinstance(batch, dict):
-        return all(_all_on_cpu(b) for b in batch.values())
-    return not hasattr(batch, "to")
 
 
 class LitModel(L.LightningModule):
@@ -140,54 +85,15 @@ class LitModel(L.LightningModule):
         **kwargs: Any,
     ) -> None:
         super().__init__()
-        # 1. kwargs
-        unknown = sorted(set(kwargs) - set(MODEL_KWARGS))
-        if unknown:
-            raise ValueError(
-                f"Unsupported keyword argument(s) {unknown}; the allowed keys are "
-                f"{list(MODEL_KWARGS)}."
-            )
-        if "acc_level" in kwargs:
-            log.warning("'acc_level' is deprecated; use 'boost_level'. It overrides boost_level.")
-            boost_level = kwargs.pop("acc_level")
-        if not isinstance(network, nn.Module):
-            raise TypeError(
-                f"'network' must be a torch.nn.Module, but got {type(network).__name__}."
-            )
-        if loss_fn is not None and not callable(loss_fn):
-            raise TypeError(f"'loss_fn' must be a callable Module or None, but got {loss_fn!r}.")
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(
-                f"'optimizer' must be a torch.optim.Optimizer or None, but got "
-                f"{type(optimizer).__name__}."
-            )
-        if eval_network is not None and not isinstance(eval_network, nn.Module):
-            raise TypeError(
-                f"'eval_network' must be a torch.nn.Module or None, but got "
-                f"{type(eval_network).__name__}."
-            )
-        # 2-3. AMP arguments against the optimizer
-        _check_level("amp_level", amp_level, AMP_LEVELS)
-        _check_level("boost_level", boost_level, BOOST_LEVELS)
-        _check_eval_indexes(eval_indexes)
-        if optimizer is None and amp_level != "O0":
-            raise ValueError(
-                f"Auto mixed precision will not work because 'optimizer' is None; amp_level "
-                f"must be 'O0' without an optimizer, but got amp_level={amp_level!r}."
-            )
-        if optimizer is None and kwargs.get("loss_scale_manager") is not None:
-            raise ValueError("'loss_scale_manager' needs an 'optimizer', but 'optimizer' is None.")
+        boost_level = check_model_arguments(
+            network, loss_fn, optimizer, eval_network, eval_indexes, amp_level, boost_level, kwargs
+        )
         self.metric_fns = get_metrics(metrics)
         if self.metric_fns and eval_network is None and loss_fn is None:
             raise ValueError(
                 "'metrics' is set but neither 'eval_network' nor 'loss_fn' is: the evaluation "
                 "network cannot be built; pass loss_fn or eval_network."
             )
-        if "keep_batchnorm_fp32" in kwargs and not isinstance(kwargs["keep_batchnorm_fp32"], bool):
-            raise TypeError(
-                f"'keep_batchnorm_fp32' must be a bool, but got {kwargs['keep_batchnorm_fp32']!r}."
-            )
-
         self.network = network
         self.loss_fn = loss_fn
         self._optimizer = optimizer
@@ -198,32 +104,48 @@ class LitModel(L.LightningModule):
         }
         self.boost_config_dict = kwargs.get("boost_config_dict")
         # one AutoBoost per model (no global state); config errors surface here
-        self.boost: Any = None
-        if boost_level != "O0":
-            if optimizer is None or (eval_network is None and not self.metric_fns):
-                log.warning(
-                    "boost_level=%r is skipped: boost needs 'optimizer' and either "
-                    "'eval_network' or 'metrics' (MindSpore's rule).",
-                    boost_level,
-                )
-            else:
-                from lit_amp.boost import AutoBoost
-
-                self.boost = AutoBoost(boost_level, self.boost_config_dict)
+        self.boost: Any = self._make_boost(eval_network)
         # steps between optimizer updates (gradient accumulation; set by boost's algorithm)
         self.grad_accumulation_steps = 1
         self._accum_i = 0
         self.automatic_optimization = False
         self.log_train_loss = True  # Model turns this off when nothing would show the value
-
-        # 6-8. the three networks (spec §1.2)
         self._amp_applied = False
         self._strategy_checked = False
         self.amp_config: Any = None
         self.loss_scale: Any = None  # a LossScaleController once the level is applied
-        if optimizer is not None:
+        self._build_networks(eval_network, eval_indexes)
+        self._eval_loss_sum: torch.Tensor | None = None
+        self._eval_loss_n = 0
+        self.last_eval_results: dict[str, Any] = {}
+        self.sink_mode = False
+        self._fast = False
+        self._lopt: Any = None
+        if metrics is not None:
+            self._metric_module = nn.ModuleDict(self.metric_fns)
+
+    def _make_boost(self, eval_network: nn.Module | None) -> Any:
+        """The ``AutoBoost`` for ``boost_level``, or None (MindSpore's conditions)."""
+        if self.boost_level == "O0":
+            return None
+        if self._optimizer is None or (eval_network is None and not self.metric_fns):
+            log.warning(
+                "boost_level=%r is skipped: boost needs 'optimizer' and either "
+                "'eval_network' or 'metrics' (MindSpore's rule).",
+                self.boost_level,
+            )
+            return None
+        from lit_amp.boost import AutoBoost
+
+        return AutoBoost(self.boost_level, self.boost_config_dict)
+
+    def _build_networks(self, eval_network: nn.Module | None,
+                        eval_indexes: list[int] | None) -> None:
+        """MindSpore's train and eval networks around the backbone (the predict network)."""
+        network, loss_fn = self.network, self.loss_fn
+        if self._optimizer is not None:
             loss_net = WithLossCell(network, loss_fn) if loss_fn is not None else network
-            self._train_network: nn.Module = TrainOneStepCell(loss_net, optimizer)
+            self._train_network: nn.Module = TrainOneStepCell(loss_net, self._optimizer)
         elif loss_fn is not None:
             self._train_network = WithLossCell(network, loss_fn)
         else:
@@ -236,19 +158,11 @@ class LitModel(L.LightningModule):
                 self.user_eval_network = eval_network  # registered: has parameters of its own
         elif self.metric_fns:
             self._eval_network = WithEvalCell(
-                network, loss_fn, add_cast_fp32=amp_level in ("O2", "O3", "auto")
+                network, loss_fn, add_cast_fp32=self.amp_level in ("O2", "O3", "auto")
             )
             self.eval_indexes = [0, 1, 2]
         else:
             self._eval_network = None
-        self._eval_loss_sum: torch.Tensor | None = None
-        self._eval_loss_n = 0
-        self.last_eval_results: dict[str, Any] = {}
-        self._sink_mode = False
-        self._fast = False
-        self._lopt: Any = None
-        if metrics is not None:
-            self._metric_module = nn.ModuleDict(self.metric_fns)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Lightning sets ``_current_fx_name`` around every hook call (~20 times a step);
@@ -261,7 +175,7 @@ class LitModel(L.LightningModule):
     def transfer_batch_to_device(
         self, batch: Any, device: torch.device, dataloader_idx: int
     ) -> Any:
-        if device.type == "cpu" and _all_on_cpu(batch):
+        if device.type == "cpu" and all_on_cpu(batch):
             return batch  # nothing to move: skip the per-batch collection walk
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
@@ -285,6 +199,27 @@ class LitModel(L.LightningModule):
     def predict_network(self) -> nn.Module:
         """The backbone."""
         return self.network
+
+    @property
+    def sink_mode(self) -> bool:
+        """Whether each ``training_step`` batch is a sink: a list of ``sink_size`` batches.
+
+        ``Model.train(..., dataset_sink_mode=True)`` sets it for the duration of the call (the
+        data then comes from a ``SinkStream``); it is False otherwise.
+
+        Example:
+            >>> lit = LitModel(nn.Linear(2, 2))
+            >>> lit.sink_mode = True
+            >>> lit.sink_mode
+            True
+        """
+        return self._sink
+
+    @sink_mode.setter
+    def sink_mode(self, value: bool) -> None:
+        self._sink = bool(value)
+
+    # the pre-1.0 private spelling, kept while other modules move to ``sink_mode``
 
     def forward(self, *inputs: Any) -> Any:
         """The backbone's forward (what ``predict`` returns)."""
@@ -343,7 +278,25 @@ class LitModel(L.LightningModule):
         return [self.boost] if self.boost is not None else []
 
     # ------------------------------------------------------------------ training
-    def _loss_of(self, batch: Any) -> torch.Tensor:
+    def loss_of(self, batch: Any) -> torch.Tensor:
+        """The training loss of one batch: the forward half of a MindSpore train step.
+
+        ``network(data)`` then ``loss_fn(output, label)`` (in fp32 when the AMP level asks for
+        it), or ``network(*batch)`` when there is no ``loss_fn``. No backward, no step: the
+        boost algorithms (``DimReduce``) call it to re-evaluate the loss.
+
+        Args:
+            batch: a ``(data, label)`` pair (or the network's inputs without ``loss_fn``).
+
+        Returns:
+            The loss tensor (with its graph).
+
+        Example:
+            >>> net = nn.Linear(4, 3)
+            >>> lit = LitModel(net, nn.CrossEntropyLoss())
+            >>> lit.loss_of((torch.randn(2, 4), torch.tensor([0, 2]))).shape
+            torch.Size([])
+        """
         inputs = as_batch_tuple(batch, expect_pair=self.loss_fn is not None)
         if self.loss_fn is None:
             loss = self.network(*inputs)
@@ -358,9 +311,10 @@ class LitModel(L.LightningModule):
             loss = self.loss_fn(out, label)
         return loss
 
+
     def on_train_start(self) -> None:
         self._lopt = self.optimizers() if self._optimizer is not None else None
-        self._fast = _fast_path_ok(self.trainer)
+        self._fast = fast_path_ok(self.trainer)
 
     def on_train_end(self) -> None:
         self._lopt = None
@@ -389,7 +343,7 @@ class LitModel(L.LightningModule):
                 return {"loss": out.detach()}
             return {"loss": out[0].detach() if isinstance(out, (tuple, list)) else out}
         lopt = self._lopt if self._lopt is not None else self.optimizers()
-        loss = self._loss_of(batch)
+        loss = self.loss_of(batch)
         raw = lopt.optimizer
         n = self.grad_accumulation_steps
         first, last = self._accum_i == 0, self._accum_i == n - 1
@@ -420,9 +374,9 @@ class LitModel(L.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
         if batch_idx == 0 or not self._strategy_checked:
-            _check_training_strategy(self.trainer.strategy, self.network)
+            check_training_strategy(self.trainer.strategy, self.network)
             self._strategy_checked = True
-        if self._sink_mode:
+        if self.sink_mode:
             out: dict[str, Any] = {}
             for b in batch:  # the sink: sink_size steps in one tight loop
                 out = self.train_one_step(b)
@@ -438,12 +392,30 @@ class LitModel(L.LightningModule):
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
-        self._reset_eval()
+        self.begin_eval()
 
     def on_test_epoch_start(self) -> None:
-        self._reset_eval()
+        self.begin_eval()
 
-    def _reset_eval(self) -> None:
+    def begin_eval(self) -> None:
+        """Start an evaluation pass: reset the metrics and the running eval loss.
+
+        Lightning calls it at the start of each validation/test epoch; loops that evaluate
+        outside a Trainer epoch (``RecModel.online_train``'s held-out window) call it, then
+        :meth:`eval_step` per batch, then :meth:`end_eval`.
+
+        Raises:
+            ValueError: the model has no metrics.
+
+        Example:
+            >>> net = nn.Linear(4, 3)
+            >>> lit = LitModel(net, nn.CrossEntropyLoss(), metrics={"acc"})
+            >>> lit.begin_eval()
+            >>> _ = lit.eval_step((torch.randn(4, 4), torch.tensor([0, 1, 2, 0])))
+            >>> lit.end_eval()
+            >>> sorted(lit.last_eval_results["metrics"])
+            ['acc']
+        """
         if not self.metric_fns:
             raise ValueError(
                 "Evaluation needs 'metrics': construct the model with metrics={...} "
@@ -476,25 +448,23 @@ class LitModel(L.LightningModule):
     def test_step(self, batch: Any, batch_idx: int) -> Any:
         return self.eval_step(batch)
 
-    def _finish_eval(self, prefix: str = "") -> None:
+
+    def end_eval(self, prefix: str = "") -> None:
+        """Finish an evaluation pass: compute the metrics and the mean eval loss.
+
+        The mean loss is reduced over the ranks under DDP (every rank takes part, also one
+        that evaluated no batch). Scalar results are logged (``prefix`` + name) when attached
+        to a Trainer; all results land in ``last_eval_results``
+        (``{"metrics": {...}, "eval_loss": float | None}``).
+
+        Args:
+            prefix: prepended to the logged names.
+        """
         results: dict[str, Any] = {}
         for name, m in self.metric_fns.items():
             results[name] = metric_value_to_python(m.compute())
-        eval_loss = None
-        world = self.trainer.world_size if self._trainer is not None else 1
-        if self._eval_loss_n or world > 1:
-            # under DDP every rank reduces, also one that evaluated no batch (else the others
-            # would wait for it)
-            device = self.trainer.strategy.root_device if world > 1 else None
-            total = self._eval_loss_sum
-            if total is None:
-                total = torch.zeros((), device=device)
-            n = torch.tensor(float(self._eval_loss_n), device=total.device)
-            if world > 1:
-                total = self.trainer.strategy.reduce(total, reduce_op="sum")
-                n = self.trainer.strategy.reduce(n, reduce_op="sum")
-            if float(n) > 0:
-                eval_loss = float(total / n)
+        trainer = self.trainer if self._trainer is not None else None
+        eval_loss = mean_over_ranks(trainer, self._eval_loss_sum, self._eval_loss_n)
         scalars = {k: v for k, v in results.items() if isinstance(v, float)}
         if eval_loss is not None:
             scalars["eval_loss"] = eval_loss
@@ -502,11 +472,12 @@ class LitModel(L.LightningModule):
             self.log_dict({f"{prefix}{k}": v for k, v in scalars.items()}, sync_dist=False)
         self.last_eval_results = {"metrics": results, "eval_loss": eval_loss}
 
+
     def on_validation_epoch_end(self) -> None:
-        self._finish_eval()
+        self.end_eval()
 
     def on_test_epoch_end(self) -> None:
-        self._finish_eval()
+        self.end_eval()
 
     # ------------------------------------------------------------------ predict
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
@@ -547,38 +518,3 @@ class LitModel(L.LightningModule):
 # Lightning inspects ``training_step``'s signature on every batch (is ``batch_idx`` taken?);
 # a precomputed ``__signature__`` makes that lookup cheap.
 LitModel.training_step.__signature__ = inspect.signature(LitModel.training_step)  # type: ignore[attr-defined]
-
-
-def _check_training_strategy(strategy: Any, network: nn.Module) -> None:
-    """Refuse the sharded strategies LitModel cannot train under, with the way out.
-
-    ``LitModel`` trains the MindSpore way (forward, backward and step inside ``training_step``,
-    manual optimization). Lightning's ``FSDPStrategy`` runs ``training_step`` inside the FSDP
-    module's forward, where torch's FSDP cannot take a backward pass (Lightning issues
-    #19626/#19685). ``ModelParallelStrategy`` reduces gradients only for parameters that were
-    parallelized (DTensors); a plain network would train on every rank alone and the replicas
-    would drift apart silently.
-    """
-    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
-
-    way_out = (
-        "Train with 'ddp' / 'ddp_spawn' (data parallel), or use your own LightningModule with "
-        "plugins=[AmpFSDPPrecision(level)] under FSDPStrategy; infer_train_layout and "
-        "infer_predict_layout work under both sharded strategies."
-    )
-    if isinstance(strategy, FSDPStrategy):
-        raise ValueError(
-            "For 'Model'/'LitModel', the argument 'strategy' must not be Lightning's "
-            f"FSDPStrategy (got {type(strategy).__name__}): LitModel runs backward and the "
-            "optimizer step inside training_step (manual optimization), which FSDPStrategy does "
-            f"not support (Lightning #19685). {way_out}"
-        )
-    if isinstance(strategy, ModelParallelStrategy):
-        from torch.distributed.tensor import DTensor
-
-        if not any(isinstance(p, DTensor) for p in network.parameters()):
-            raise ValueError(
-                "For 'Model'/'LitModel', the argument 'strategy' is a ModelParallelStrategy but "
-                "no parameter of the network is parallelized (no DTensor): every rank would "
-                f"train its own copy and the copies would drift apart. {way_out}"
-            )

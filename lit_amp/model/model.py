@@ -8,93 +8,33 @@ and argument checks (spec §1.3-1.4).
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import logging
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
 import torch
 from torch import nn
 
-from lit_amp.callbacks._callback import Callback, CallbackList, InternalCallbackParam
+from lit_amp._validation import check_bool, check_int, check_type, type_error
+from lit_amp.callbacks.base import CallbackList, InternalCallbackParam
 from lit_amp.callbacks.bridge import MindSporeCallbackBridge
+from lit_amp.model._checks import check_sink_size, check_train_args
+from lit_amp.model._lightning import (
+    RESERVED_TRAINER_KEYS,
+    TRAINER_DEFAULTS,
+    make_trainer,
+    quiet_lightning,
+    split_callbacks,
+)
 from lit_amp.model.data import SinkStream, check_dataset, for_lightning
+from lit_amp.model.layout import infer_layouts
 from lit_amp.model.lit_model import LitModel
 
-__all__ = ["Model"]
+__all__ = ["Model", "quiet_lightning", "split_callbacks"]
 
 log = logging.getLogger(__name__)
 
-_TRAINER_DEFAULTS: dict[str, Any] = {
-    "accelerator": "auto",
-    "devices": 1,
-    "logger": False,
-    "enable_checkpointing": False,
-    "enable_progress_bar": False,
-    "enable_model_summary": False,
-    "num_sanity_val_steps": 0,
-}
-_RESERVED_TRAINER_KEYS = ("max_epochs", "min_epochs", "max_steps", "callbacks")
-
-
-@contextlib.contextmanager
-def _quiet_lightning() -> Iterator[None]:
-    """Silence Lightning's start-up banners and data-loader hints for the MindSpore-style API."""
-    loggers = [logging.getLogger(n) for n in ("lightning.pytorch", "lightning.fabric")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=".*is smaller than the logging interval.*")
-        warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
-        warnings.filterwarnings("ignore", message=".*Total length of .* across ranks is zero.*")
-        warnings.filterwarnings("ignore", message=".*but have no `val_dataloader`.*")
-        warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)`.*")
-        try:
-            yield
-        finally:
-            for lg, lvl in zip(loggers, levels):
-                lg.setLevel(lvl)
-
-
-def _check_int(name: str, value: Any, *, minimum: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"'{name}' must be an int, but got {value!r} ({type(value).__name__}).")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"'{name}' must be >= {minimum}, but got {value}.")
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"'{name}' must be a bool, but got {value!r} ({type(value).__name__}).")
-
-
-def _split_callbacks(callbacks: Any) -> tuple[CallbackList, list[L.Callback]]:
-    """MindSpore callbacks to the bridge; Lightning callbacks straight to the Trainer."""
-    if callbacks is None:
-        return CallbackList(None), []
-    items = [callbacks] if isinstance(callbacks, (Callback, L.Callback)) else callbacks
-    if not isinstance(items, (list, tuple)):
-        raise TypeError(
-            "'callbacks' must be None, a Callback or a list of Callbacks (lit_amp or Lightning), "
-            f"but got {type(callbacks).__name__}."
-        )
-    ms, pl = [], []
-    for i, cb in enumerate(items):
-        if isinstance(cb, Callback):
-            ms.append(cb)
-        elif isinstance(cb, L.Callback):
-            pl.append(cb)
-        else:
-            raise TypeError(
-                f"'callbacks[{i}]' must be a lit_amp.callbacks.Callback or a Lightning Callback, "
-                f"but got {type(cb).__name__}."
-            )
-    return CallbackList(ms), pl
+# the pre-1.0 private names, kept while the other facades move to the public ones
 
 
 class Model:
@@ -137,12 +77,9 @@ class Model:
         trainer: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if trainer is not None and not isinstance(trainer, dict):
-            raise TypeError(
-                f"'trainer' must be a dict of lightning.Trainer arguments or None, but got "
-                f"{type(trainer).__name__}."
-            )
-        bad = sorted(set(trainer or {}) & set(_RESERVED_TRAINER_KEYS))
+        check_type("Model", "trainer", trainer, dict, "a dict of lightning.Trainer arguments",
+                   allow_none=True)
+        bad = sorted(set(trainer or {}) & set(RESERVED_TRAINER_KEYS))
         if bad:
             raise ValueError(
                 f"'trainer' must not set {bad}: Model sets them from train/fit arguments "
@@ -191,17 +128,9 @@ class Model:
 
     # ------------------------------------------------------------------ trainer
     def _make_trainer(self, *, max_epochs: int | None, callbacks: list[L.Callback]) -> L.Trainer:
-        kw = {**_TRAINER_DEFAULTS, **self._trainer_kwargs}
-        if not isinstance(kw.get("strategy", "auto"), str):
-            # a Strategy object is bound to the first Trainer that uses it: give each call
-            # (train, then eval, ...) a fresh copy of the one the user configured
-            kw["strategy"] = copy.deepcopy(kw["strategy"])
-        user_cbs = kw.pop("callbacks", None) or []
+        kw = self._trainer_kwargs
         self._lit.log_train_loss = bool(kw.get("logger")) or bool(kw.get("enable_progress_bar"))
-        if max_epochs is not None:
-            kw["max_epochs"] = max_epochs
-        with _quiet_lightning():
-            self.trainer = L.Trainer(callbacks=[*callbacks, *user_cbs], **kw)
+        self.trainer = make_trainer(kw, callbacks, max_epochs=max_epochs)
         return self.trainer
 
     def _pin(self) -> bool:
@@ -209,33 +138,6 @@ class Model:
         return torch.cuda.is_available() and acc in ("auto", "gpu", "cuda")
 
     # ------------------------------------------------------------------ train / fit
-    def _check_train_args(
-        self,
-        epoch: Any,
-        train_dataset: Any,
-        dataset_sink_mode: Any,
-        sink_size: Any,
-        initial_epoch: Any,
-    ) -> tuple[int | None, int]:
-        _check_int("epoch", epoch, minimum=0)
-        _check_int("initial_epoch", initial_epoch, minimum=0)
-        _check_bool("dataset_sink_mode", dataset_sink_mode)
-        _check_int("sink_size", sink_size)
-        if initial_epoch >= epoch:
-            raise ValueError(
-                f"'initial_epoch' must be less than 'epoch' (the final epoch number), but got "
-                f"initial_epoch={initial_epoch}, epoch={epoch}."
-            )
-        if sink_size == 0 or sink_size < -1:
-            raise ValueError(f"'sink_size' must be -1 or a positive int, but got {sink_size}.")
-        size = check_dataset(
-            train_dataset, "train_dataset", sink=dataset_sink_mode, sink_size=sink_size
-        )
-        if dataset_sink_mode and sink_size == -1:
-            assert size is not None
-            sink_size = size
-        return size, sink_size
-
     def train(
         self,
         epoch: int,
@@ -258,10 +160,10 @@ class Model:
         Raises:
             TypeError, ValueError: bad arguments (see spec §1.3).
         """
-        size, sink_size = self._check_train_args(
-            epoch, train_dataset, dataset_sink_mode, sink_size, initial_epoch
+        size, sink_size = check_train_args(
+            "Model.train", epoch, train_dataset, dataset_sink_mode, sink_size, initial_epoch
         )
-        cbl, pl_cbs = _split_callbacks(callbacks)
+        cbl, pl_cbs = split_callbacks(callbacks)
         cbl.check_legacy_methods(raise_error=False)
         self._run_train(
             epoch, train_dataset, cbl, pl_cbs, dataset_sink_mode, sink_size, size, initial_epoch
@@ -292,22 +194,20 @@ class Model:
             TypeError: ``valid_frequency`` is not an int or a list.
             ValueError: ``valid_dataset`` without metrics; custom callbacks with legacy hooks.
         """
-        size, sink_size = self._check_train_args(
-            epoch, train_dataset, dataset_sink_mode, sink_size, initial_epoch
+        size, sink_size = check_train_args(
+            "Model.fit", epoch, train_dataset, dataset_sink_mode, sink_size, initial_epoch
         )
         if isinstance(valid_frequency, bool) or not isinstance(valid_frequency, (int, list)):
-            raise TypeError(
-                f"'valid_frequency' must be an int or a list of epochs, but got "
-                f"{valid_frequency!r}."
-            )
-        _check_bool("valid_dataset_sink_mode", valid_dataset_sink_mode)
+            raise type_error("Model.fit", "valid_frequency", "an int or a list of epochs",
+                             valid_frequency)
+        check_bool("Model.fit", "valid_dataset_sink_mode", valid_dataset_sink_mode)
         if valid_dataset is not None:
             if not self._lit.metric_fns:
                 raise ValueError(
                     "'valid_dataset' needs 'metrics': construct the Model with metrics={...}."
                 )
             check_dataset(valid_dataset, "valid_dataset")
-        cbl, pl_cbs = _split_callbacks(callbacks)
+        cbl, pl_cbs = split_callbacks(callbacks)
         cbl.check_legacy_methods(raise_error=True)
         self._run_train(
             epoch,
@@ -345,8 +245,36 @@ class Model:
             log.info("Nothing to train: epoch %d was already reached (restored).", epoch)
             return
         batch_num = sink_size if sink else size
-        cb_params = InternalCallbackParam(
-            train_network=lit,
+        cb_params = self._train_callback_params(
+            cbl, epoch, initial_epoch, batch_num, sink, train_dataset, valid_dataset
+        )
+        bridge = MindSporeCallbackBridge(
+            cbl,
+            cb_params,
+            sink_size=sink_size if sink else 1,
+            initial_epoch=initial_epoch,
+            valid_frequency=valid_frequency,
+            eval_during_fit=valid_dataset is not None,
+        )
+        trainer = self._make_trainer(max_epochs=epoch - initial_epoch, callbacks=[bridge, *pl_cbs])
+        self._fit(trainer, train_dataset, valid_dataset, sink, sink_size)
+        self._current_epoch_num = int(cb_params.cur_epoch_num)
+        step = int(cb_params.cur_step_num)
+        self._current_step_num = (step - 1) % batch_num + 1 if step > 0 and batch_num else 0
+
+    def _train_callback_params(
+        self,
+        cbl: CallbackList,
+        epoch: int,
+        initial_epoch: int,
+        batch_num: int | None,
+        sink: bool,
+        train_dataset: Any,
+        valid_dataset: Any,
+    ) -> InternalCallbackParam:
+        """The ``cb_params`` MindSpore's train loop hands its callbacks."""
+        return InternalCallbackParam(
+            train_network=self._lit,
             network=self._network,
             loss_fn=self._loss_fn,
             optimizer=self._optimizer,
@@ -361,7 +289,7 @@ class Model:
             rank=0,
             train_dataset=train_dataset,
             valid_dataset=valid_dataset,
-            eval_network=lit.eval_network,
+            eval_network=self._lit.eval_network,
             list_callback=list(cbl.callbacks),
             train_dataset_element=None,
             last_save_ckpt_step=None,
@@ -371,16 +299,12 @@ class Model:
             cur_step_num=0,
             net_outputs=None,
         )
-        bridge = MindSporeCallbackBridge(
-            cbl,
-            cb_params,
-            sink_size=sink_size if sink else 1,
-            initial_epoch=initial_epoch,
-            valid_frequency=valid_frequency,
-            eval_during_fit=valid_dataset is not None,
-        )
-        trainer = self._make_trainer(max_epochs=epoch - initial_epoch, callbacks=[bridge, *pl_cbs])
-        lit._sink_mode = sink
+
+    def _fit(self, trainer: L.Trainer, train_dataset: Any, valid_dataset: Any, sink: bool,
+             sink_size: int) -> None:
+        """``trainer.fit`` on the data (a ``SinkStream`` in sink mode), quietly."""
+        lit = self._lit
+        lit.sink_mode = sink
         data = (
             SinkStream(train_dataset, sink_size, pin_memory=self._pin())
             if sink
@@ -391,15 +315,12 @@ class Model:
             # the default fd sharing runs out of descriptors/shm on small machines
             torch.multiprocessing.set_sharing_strategy("file_system")
         try:
-            with _quiet_lightning():
+            with quiet_lightning():
                 trainer.fit(
                     lit, train_dataloaders=data, val_dataloaders=for_lightning(valid_dataset)
                 )
         finally:
-            lit._sink_mode = False
-        self._current_epoch_num = int(cb_params.cur_epoch_num)
-        step = int(cb_params.cur_step_num)
-        self._current_step_num = (step - 1) % batch_num + 1 if step > 0 and batch_num else 0
+            lit.sink_mode = False
 
     def _device_hint(self) -> torch.device:
         acc = self._trainer_kwargs.get("accelerator", "auto")
@@ -421,9 +342,9 @@ class Model:
                 "Model.eval needs 'metrics': construct the Model with metrics={...} "
                 "(for example {'acc'})."
             )
-        _check_bool("dataset_sink_mode", dataset_sink_mode)
+        check_bool("Model.eval", "dataset_sink_mode", dataset_sink_mode)
         size = check_dataset(valid_dataset, "valid_dataset")
-        cbl, pl_cbs = _split_callbacks(callbacks)
+        cbl, pl_cbs = split_callbacks(callbacks)
         cbl.check_legacy_methods(raise_error=False)
         lit = self._lit
         lit.apply_amp(self._device_hint())
@@ -444,7 +365,7 @@ class Model:
         )
         bridge = MindSporeCallbackBridge(cbl, cb_params)
         trainer = self._make_trainer(max_epochs=None, callbacks=[bridge, *pl_cbs])
-        with _quiet_lightning():
+        with quiet_lightning():
             trainer.validate(lit, dataloaders=for_lightning(valid_dataset), verbose=False)
         metrics = dict(lit.last_eval_results.get("metrics", {}))
         if not metrics:
@@ -493,10 +414,8 @@ class Model:
             raise ValueError(
                 "Model.build: 'train_dataset' and 'valid_dataset' cannot both be None."
             )
-        _check_int("sink_size", sink_size)
-        _check_int("epoch", epoch, minimum=1)
-        if sink_size == 0 or sink_size < -1:
-            raise ValueError(f"'sink_size' must be -1 or a positive int, but got {sink_size}.")
+        check_sink_size("Model.build", sink_size)
+        check_int("Model.build", "epoch", epoch, minimum=1)
         if valid_dataset is not None and not self._lit.metric_fns:
             raise RuntimeError("Model.build: 'valid_dataset' needs the Model to have 'metrics'.")
         self._lit.apply_amp(self._device_hint())
@@ -556,105 +475,8 @@ class Model:
         return self._layout("infer_predict_layout", predict_data)
 
     def _layout(self, api: str, data: Any = None) -> dict:
-        from torch.distributed.tensor import DTensor
-
-        strategy = self._trainer_kwargs.get("strategy")
-        name = (strategy if isinstance(strategy, str) else type(strategy).__name__).lower()
-        sharded_strategy = any(k in name for k in ("fsdp", "modelparallel", "model_parallel"))
-        try:
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP1
-        except ImportError:  # pragma: no cover - torch without FSDP
-            FSDP1 = ()  # type: ignore[assignment]  # noqa: N806
-        net = self._network
-        already = any(isinstance(p, DTensor) for p in net.parameters()) or any(
-            isinstance(m, FSDP1) for m in net.modules()
-        )
-        if not (sharded_strategy or already):
-            raise RuntimeError(
-                f"{api}: parameter layouts need a sharded strategy (trainer={{'strategy': "
-                "'fsdp'} or a "
-                "ModelParallelStrategy) or a network with sharded (DTensor) parameters, as "
-                "MindSpore needs (semi-)auto parallel; got strategy="
-                f"{strategy if strategy is not None else None!r}."
-            )
-
-        def read(modules: list[nn.Module]) -> dict:
-            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-            flat: dict[int, tuple[list[int], int]] = {}
-            for m in modules:  # FSDP1 (use_orig_params): each parameter's slice of the flat shard
-                handle = getattr(m, "_handle", None) if isinstance(m, FSDP1) else None
-                fp = getattr(handle, "flat_param", None)
-                for p, shape in zip(getattr(fp, "_params", None) or [],
-                                    getattr(fp, "_shapes", None) or []):
-                    flat[id(p)] = (list(shape), int(p.numel()))
-            out = {}
-            for pname, p in net.named_parameters():
-                if isinstance(p, DTensor):
-                    mesh = p.device_mesh
-                    out[pname] = {
-                        "placements": [repr(pl) for pl in p.placements],
-                        "device_mesh": list(mesh.shape),
-                        "mesh_dim_names": list(mesh.mesh_dim_names or ()),
-                        "global_shape": list(p.shape),
-                        "local_shape": list(p.to_local().shape),
-                        "rank": rank,
-                    }
-                elif id(p) in flat:
-                    shape, numel = flat[id(p)]
-                    dist_on = torch.distributed.is_initialized()
-                    world = torch.distributed.get_world_size() if dist_on else 1
-                    out[pname] = {
-                        "placements": ["Shard(flat)"],
-                        "device_mesh": [world],
-                        "mesh_dim_names": [],
-                        "global_shape": shape,
-                        "local_shape": [numel],
-                        "rank": rank,
-                    }
-                else:
-                    out[pname] = {
-                        "placements": ["Replicate()"],
-                        "device_mesh": [],
-                        "mesh_dim_names": [],
-                        "global_shape": list(p.shape),
-                        "local_shape": list(p.shape),
-                        "rank": rank,
-                    }
-            return out
-
-        if already:
-            return read(list(net.modules()))
-
-        layouts: dict = {}
-
-        class _Capture(L.Callback):
-            def _grab(self, trainer: L.Trainer) -> None:
-                layouts.update(read(list(trainer.strategy.model.modules())))
-                trainer.should_stop = True
-
-            def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-                self._grab(trainer)
-
-            def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-                self._grab(trainer)
-
-        kw = {**_TRAINER_DEFAULTS, **self._trainer_kwargs, "logger": False}
-        user_cbs = kw.pop("callbacks", None) or []
-        with _quiet_lightning():
-            if api == "infer_train_layout":
-                check_dataset(data, "train_dataset")
-                trainer = L.Trainer(callbacks=[_Capture(), *user_cbs], max_steps=0, **kw)
-                trainer.fit(self._lit, train_dataloaders=for_lightning(data))
-            else:
-                trainer = L.Trainer(callbacks=[_Capture(), *user_cbs], **kw)
-                trainer.predict(self._lit, dataloaders=[tuple(data)], return_predictions=False)
-        if not layouts:
-            raise RuntimeError(
-                f"{api}: the layout was computed in worker processes this process cannot read "
-                "(a spawn-based launcher); run the script under torchrun / srun or Lightning's "
-                "default launcher."
-            )
-        return layouts
+        kw = {**TRAINER_DEFAULTS, **self._trainer_kwargs}
+        return infer_layouts(api, self._lit, self._network, kw, data)
 
     # ------------------------------------------------------------------ misc
     def __repr__(self) -> str:

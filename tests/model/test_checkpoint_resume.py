@@ -17,7 +17,7 @@ from lit_amp.callbacks import (
     ModelCheckpoint,
     OnRequestExit,
 )
-from tests.conftest import make_batches, make_net
+from tests.helpers.data import make_batches, make_net
 
 
 def _model(seed=0):

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lit_amp import LitModel, Model
-from tests.conftest import make_batches, make_net
+from tests.helpers.data import make_batches, make_net
 
 
 def _loaders():

@@ -8,7 +8,7 @@ from torch import nn
 
 from lit_amp import DynamicLossScaleManager, FixedLossScaleManager, Model, load_checkpoint
 from lit_amp.callbacks import BackupAndRestore, Callback, CheckpointConfig, ModelCheckpoint
-from tests.conftest import make_batches
+from tests.helpers.data import make_batches
 
 
 def _net():

@@ -8,7 +8,7 @@ from torch import nn
 
 from lit_amp import LitModel, Model
 from lit_amp.callbacks import Callback
-from tests.conftest import make_batches
+from tests.helpers.data import make_batches
 
 
 def _opt(net):
@@ -107,7 +107,7 @@ def test_sink_size_values(model, batches, sink_size):
 @pytest.mark.parametrize(
     ("kw", "exc", "msg"),
     [
-        ({"epoch": -1}, ValueError, "'epoch' must be >= 0"),
+        ({"epoch": -1}, ValueError, "'epoch' must be an int >= 0"),
         ({"epoch": 1.5}, TypeError, "'epoch' must be an int"),
         ({"dataset_sink_mode": 1}, TypeError, "'dataset_sink_mode' must be a bool"),
         ({"sink_size": "3"}, TypeError, "'sink_size' must be an int"),

@@ -9,7 +9,7 @@ from torch import nn
 
 from lit_amp import Model
 from lit_amp.callbacks import Callback, History, LossMonitor
-from tests.conftest import make_batches, make_net
+from tests.helpers.data import make_batches, make_net
 
 HOOKS = (
     "on_train_begin",

@@ -1,19 +1,21 @@
-"""Helpers shared by the built-in callbacks: argument checks, loss extraction, rank tests.
+"""Helpers shared by the built-in callbacks: loss extraction, monitors, rank tests.
 
-Private module, framework-free (torch only). Every check raises MindSpore's exception type with a
-message naming the owner, the argument, the value received and what is allowed.
+Private module, framework-free (torch only). The argument checks live in
+:mod:`lit_amp._validation` (one message format for the whole package).
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import numpy as np
 import torch
 
 __all__: list[str] = []
+
+#: The ``mode`` values of EarlyStopping / ReduceLROnPlateau.
+MONITOR_MODES = ("auto", "min", "max")
 
 # Monitors for which MindSpore's ``mode='auto'`` picks "smaller is better".
 SMALLER_BETTER_METRICS = frozenset(
@@ -28,71 +30,6 @@ SMALLER_BETTER_METRICS = frozenset(
         "eval_loss",
     }
 )
-
-
-def check_bool(owner: str, name: str, value: Any) -> bool:
-    """Return ``value`` if it is a bool, else raise TypeError."""
-    if not isinstance(value, bool):
-        raise TypeError(
-            f"For '{owner}', the argument '{name}' must be a bool, but got {value!r} "
-            f"of type {type(value).__name__}."
-        )
-    return value
-
-
-def check_str(owner: str, name: str, value: Any) -> str:
-    """Return ``value`` if it is a str, else raise TypeError."""
-    if not isinstance(value, str):
-        raise TypeError(
-            f"For '{owner}', the argument '{name}' must be a str, but got {value!r} "
-            f"of type {type(value).__name__}."
-        )
-    return value
-
-
-def check_int(owner: str, name: str, value: Any, *, minimum: int, allow_none: bool = False) -> Any:
-    """Return ``value`` if it is an int (not a bool) ``>= minimum``.
-
-    Raises:
-        TypeError: ``value`` is not an int.
-        ValueError: ``value < minimum``.
-    """
-    if value is None and allow_none:
-        return None
-    kind = "a non-negative int" if minimum == 0 else f"an int >= {minimum}"
-    if allow_none:
-        kind += " or None"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(
-            f"For '{owner}', the argument '{name}' must be {kind}, but got {value!r} "
-            f"of type {type(value).__name__}."
-        )
-    if value < minimum:
-        raise ValueError(f"For '{owner}', the argument '{name}' must be {kind}, but got {value}.")
-    return int(value)
-
-
-def check_number(owner: str, name: str, value: Any, *, allow_none: bool = False) -> Any:
-    """Return ``value`` if it is a real number (int or float, not bool), else raise TypeError."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        kind = "an int or a float" + (" or None" if allow_none else "")
-        raise TypeError(
-            f"For '{owner}', the argument '{name}' must be {kind}, but got {value!r} "
-            f"of type {type(value).__name__}."
-        )
-    return value
-
-
-def check_mode(owner: str, mode: Any) -> str:
-    """Check an EarlyStopping / ReduceLROnPlateau ``mode`` ('auto', 'min' or 'max')."""
-    check_str(owner, "mode", mode)
-    if mode not in ("auto", "min", "max"):
-        raise ValueError(
-            f"For '{owner}', the argument 'mode' must be 'auto', 'min' or 'max', but got {mode!r}."
-        )
-    return mode
 
 
 def is_min_mode(mode: str, monitor: str) -> bool:

@@ -1,0 +1,108 @@
+"""MindSpore's ``BackupAndRestore`` driven through small simulated runs (spec §1.4-1.7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from lit_amp._io import load_checkpoint
+from lit_amp.callbacks.backup_and_restore import BackupAndRestore
+from lit_amp.callbacks.base import RunContext
+from lit_amp.callbacks.lambda_callback import LambdaCallback
+from tests.callbacks._helpers import (
+    TrainNet,
+    make_net,
+    same,
+    simulate_train,
+    weights,
+)
+
+
+def test_backup_and_restore_resume_after_crash(tmp_path: Any) -> None:
+    net, opt = make_net()
+    cb = BackupAndRestore(str(tmp_path), save_freq=2)
+
+    def crash(rc: RunContext) -> None:
+        cb_params = rc.original_args()
+        if cb_params.cur_epoch_num == 3 and cb_params.cur_step_num == 8:
+            raise RuntimeError("node failure")
+
+    with pytest.raises(RuntimeError, match="node failure"):
+        simulate_train(
+            [cb, LambdaCallback(on_train_step_end=crash)], epochs=4, batches=3, net=net, opt=opt
+        )
+    backup = tmp_path / "backup.ckpt"
+    assert backup.is_file()  # train end never ran: the backup survives
+    info = load_checkpoint(str(backup))["append_info"]
+    assert info == {"epoch_num": 2, "step_num": 6}
+
+    fresh, fresh_opt = make_net(seed=9)
+    cb2 = BackupAndRestore(str(tmp_path), save_freq=2)
+    train_net = TrainNet(fresh, fresh_opt)
+    assert cb2.restore(train_net) == 2
+    restored = weights(fresh)
+    assert same(restored, load_checkpoint(str(backup))["network"])
+    assert fresh_opt.state_dict()["state"]  # momentum restored too
+    # on_train_begin must not load a second time: mark the weights and check they survive
+    with torch.no_grad():
+        fresh.bias.add_(1.0)
+    marked = weights(fresh)
+    seen: dict = {}
+    run = simulate_train(
+        [cb2, LambdaCallback(on_train_begin=lambda rc: seen.update(weights(fresh)))],
+        epochs=4,
+        batches=3,
+        initial_epoch=2,
+        net=fresh,
+        opt=fresh_opt,
+    )
+    assert same(seen, marked)
+    assert run.epochs_run == [3, 4]
+    assert not backup.exists()  # deleted at train end
+
+
+def test_backup_and_restore_train_begin_loads_and_keep(tmp_path: Any) -> None:
+    net, opt = make_net()
+    run = simulate_train(
+        [BackupAndRestore(str(tmp_path), delete_checkpoint=False)],
+        epochs=2,
+        batches=2,
+        net=net,
+        opt=opt,
+    )
+    assert load_checkpoint(str(tmp_path / "backup.ckpt"))["append_info"]["epoch_num"] == 2
+    fresh, fresh_opt = make_net(seed=3)
+    seen: dict = {}
+    simulate_train(
+        [
+            BackupAndRestore(str(tmp_path)),
+            LambdaCallback(on_train_begin=lambda rc: seen.update(weights(fresh))),
+        ],
+        epochs=1,
+        batches=1,
+        net=fresh,
+        opt=fresh_opt,
+    )
+    assert same(seen, run.epoch_weights[2])
+    assert BackupAndRestore(str(tmp_path)).restore(TrainNet(*make_net())) == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "name"),
+    [
+        ({"save_freq": 0}, ValueError, "save_freq"),
+        ({"save_freq": "step"}, ValueError, "save_freq.*'step'"),
+        ({"save_freq": 1.5}, TypeError, "save_freq"),
+        ({"save_freq": True}, TypeError, "save_freq"),
+        ({"delete_checkpoint": 1}, TypeError, "delete_checkpoint"),
+        ({"backup_dir": 3}, TypeError, "backup_dir"),
+    ],
+)
+def test_backup_and_restore_bad_arguments(
+    tmp_path: Any, kwargs: dict, exc: type, name: str
+) -> None:
+    kwargs.setdefault("backup_dir", str(tmp_path))
+    with pytest.raises(exc, match=name):
+        BackupAndRestore(**kwargs)
