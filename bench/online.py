@@ -48,7 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DOC, machine, write_result  # noqa: E402
 
 from lit_amp.callbacks import Callback  # noqa: E402
-from lit_amp.rec import LazyAdam, RecModel, WideDeep  # noqa: E402
+from lit_amp.rec import (  # noqa: E402
+    CheckpointOptions,
+    LazyAdam,
+    PublishOptions,
+    RecModel,
+    StopOptions,
+    WideDeep,
+)
 from lit_amp.rec.sources import DirectorySource, SyntheticClickSource, write_shard  # noqa: E402
 
 MODEL = "WideDeep(13 dense, 26 cat x 10,000 hashed ids, embed 16, MLP 256-128), sparse, LazyAdam"
@@ -150,13 +157,14 @@ def run_online(
         summary = model.online_train(
             source,
             callbacks=[progress],
-            max_time=seconds,
-            ckpt_dir=workdir / "ckpt",
-            ckpt_every_n_seconds=30,
-            publish_dir=workdir / "publish",
-            publish_every_n_seconds=publish_every,
-            publish_hook=lambda info: publishes.append(
-                (info["published_at"], info["cursor"]["done"])
+            stop=StopOptions(max_time=seconds),
+            checkpoint=CheckpointOptions(workdir / "ckpt", ckpt_every_n_seconds=30),
+            publish=PublishOptions(
+                workdir / "publish",
+                publish_every_n_seconds=publish_every,
+                publish_hook=lambda info: publishes.append(
+                    (info["published_at"], info["cursor"]["done"])
+                ),
             ),
         )
     finally:

@@ -29,7 +29,16 @@ import torch
 from torch import nn
 
 from lit_amp.callbacks import Callback, RunContext
-from lit_amp.rec import LazyAdam, RecModel, SlidingWindowAUC, WideDeep, load_published
+from lit_amp.rec import (
+    CheckpointOptions,
+    LazyAdam,
+    PublishOptions,
+    RecModel,
+    SlidingWindowAUC,
+    StopOptions,
+    WideDeep,
+    load_published,
+)
 from lit_amp.rec.sources import DirectorySource, SyntheticClickSource, write_shard
 
 
@@ -112,12 +121,9 @@ def main() -> None:
         summary = model.online_train(
             source,
             callbacks=[ProgressiveAUC(net)],
-            max_time=args.seconds,
-            stop_file=os.path.join(workdir, "STOP"),
-            ckpt_dir=ckpt,
-            ckpt_every_n_seconds=args.ckpt_every,
-            publish_dir=publish,
-            publish_every_n_seconds=args.publish_every,
+            stop=StopOptions(max_time=args.seconds, stop_file=os.path.join(workdir, "STOP")),
+            checkpoint=CheckpointOptions(ckpt, ckpt_every_n_seconds=args.ckpt_every),
+            publish=PublishOptions(publish, publish_every_n_seconds=args.publish_every),
         )
     finally:
         stop.set()

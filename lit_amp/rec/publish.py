@@ -4,8 +4,9 @@ Two kinds of files, on two cadences:
 
 - **published weights** (``publish_dir``): ``model-{step:012d}.pt`` holding
   ``{"network": state_dict, "step", "records", "published_at", "format"}``, and ``LATEST``, a
-  one-line text file naming the newest one. Both are written to a hidden temporary file and
-  renamed into place, so a reader never sees a partial file: a server polls ``LATEST`` and
+  one-line text file naming the newest one. Both are written with
+  :func:`lit_amp._io.atomic_write` (a hidden temp file renamed into place), so a reader never
+  sees a partial file: a server polls ``LATEST`` and
   loads what it names (:func:`load_published`).
 - **checkpoints** (``ckpt_dir``): ``online-{step:012d}.ckpt`` (lit_amp checkpoint format)
   holding the network, the optimizer, the loss-scale state and, under ``"online"``, the
@@ -17,13 +18,12 @@ from __future__ import annotations
 import logging
 import os
 import re
-import tempfile
 import time
 from typing import Any
 
 import torch
 
-from lit_amp.checkpoint_io import load_checkpoint
+from lit_amp._io import atomic_write, load_checkpoint
 
 __all__ = [
     "PUBLISH_FORMAT",
@@ -41,18 +41,6 @@ log = logging.getLogger(__name__)
 PUBLISH_FORMAT = "lit_amp.rec/1"
 _PUBLISHED = re.compile(r"^model-(\d+)\.pt$")
 _CKPT = re.compile(r"^online-(\d+)\.ckpt$")
-
-
-def _atomic_write(path: str, write: Any) -> None:
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def publish_weights(
@@ -96,8 +84,8 @@ def publish_weights(
     }
     name = f"model-{int(step):012d}.pt"
     path = os.path.join(directory, name)
-    _atomic_write(path, lambda f: torch.save(payload, f))
-    _atomic_write(os.path.join(directory, "LATEST"), lambda f: f.write((name + "\n").encode()))
+    atomic_write(path, lambda f: torch.save(payload, f))
+    atomic_write(os.path.join(directory, "LATEST"), lambda f: f.write((name + "\n").encode()))
     published = sorted(n for n in os.listdir(directory) if _PUBLISHED.match(n))
     for old in published[: max(0, len(published) - keep)]:
         if old != name:
@@ -130,11 +118,16 @@ def load_published(
 ) -> dict[str, Any]:
     """Load the newest published weights (what ``LATEST`` names), optionally into ``network``.
 
+    Args:
+        publish_dir: the folder :func:`publish_weights` writes.
+        network: a module to load the weights into, or None.
+
     Returns:
         The published dict (``"network"``, ``"step"``, ``"records"``, ``"published_at"``).
 
     Raises:
-        ValueError: nothing was published in ``publish_dir``.
+        ValueError: nothing was published in ``publish_dir``, or the file ``LATEST`` names
+            cannot be read (missing, truncated, not a published-weights file).
 
     Example:
         >>> import tempfile
@@ -149,7 +142,15 @@ def load_published(
         raise ValueError(
             f"load_published: no published weights in {os.fspath(publish_dir)!r} (no LATEST)."
         )
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle.UnpicklingError, a truncated zip, a missing file...
+        raise ValueError(
+            f"load_published: the published weights {path!r} cannot be read "
+            f"({type(exc).__name__}: {exc})."
+        ) from exc
+    if not isinstance(payload, dict) or "network" not in payload:
+        raise ValueError(f"load_published: {path!r} does not hold published weights.")
     if network is not None:
         network.load_state_dict(payload["network"])
     return payload

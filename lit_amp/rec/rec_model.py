@@ -3,76 +3,78 @@
 ``RecModel(network, loss_fn, optimizer, ...)`` is a :class:`lit_amp.Model`; its
 ``online_train(train_dataset, callbacks=None, dataset_sink_mode=True, sink_size=1)`` trains
 continuously from an unbounded stream with MindSpore Rec's argument rules and callback
-semantics (spec §5), and adds what MindSpore Rec lacks: stop conditions, validation on a
-held-out window, checkpoints that hold the stream cursor (at-least-once delivery across a
-crash), and a publish cadence for serving weights. See :meth:`RecModel.online_train`.
+semantics, and adds what MindSpore Rec lacks, each configured by one option group of
+:mod:`lit_amp.rec.online`: stop conditions (:class:`StopOptions`), checkpoints that hold the
+stream cursor (:class:`CheckpointOptions`: at-least-once delivery across a crash), a publish
+cadence for serving weights (:class:`PublishOptions`) and validation on a held-out window
+(:class:`ValidationOptions`). See :meth:`RecModel.online_train`.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
-import os
-import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-import torch
-from torch import nn
-
-from lit_amp.callbacks._callback import InternalCallbackParam
-from lit_amp.model.model import Model, _quiet_lightning, _split_callbacks
-from lit_amp.rec._loop import OnlineLoop, OnlineOptions, OnlineSummary
+from lit_amp._validation import check_type
+from lit_amp.callbacks.base import InternalCallbackParam
+from lit_amp.model.model import Model, quiet_lightning, split_callbacks
 from lit_amp.rec._stream import OnlineStream, cursor_source
+from lit_amp.rec.online import (
+    CheckpointOptions,
+    OnlineLoop,
+    OnlineSummary,
+    PublishOptions,
+    StopOptions,
+    ValidationOptions,
+)
 
 __all__ = ["RecModel", "OnlineSummary"]
 
 log = logging.getLogger(__name__)
 
 _OWNER = "RecModel.online_train"
-_UNCATCHABLE = {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP") if hasattr(signal, n)}
 
 
-def _positive_int(name: str, value: Any, *, allow_none: bool = True) -> int | None:
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
+def _check_sink(dataset_sink_mode: Any, sink_size: Any) -> None:
+    """MindSpore Rec's checks of ``dataset_sink_mode`` and ``sink_size``, in its order."""
+    if not isinstance(dataset_sink_mode, bool):
         raise TypeError(
-            f"For '{_OWNER}', the argument '{name}' must be an int"
-            f"{' or None' if allow_none else ''}, but got {value!r} ({type(value).__name__})."
+            f"For '{_OWNER}', the argument 'dataset_sink_mode': The input value must be a "
+            f"bool, but got {type(dataset_sink_mode).__name__}."
         )
-    if value <= 0:
-        raise ValueError(f"For '{_OWNER}', the argument '{name}' must be > 0, but got {value}.")
-    return value
-
-
-def _seconds(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not dataset_sink_mode:
+        return
+    if not isinstance(sink_size, int) or isinstance(sink_size, bool):
         raise TypeError(
-            f"For '{_OWNER}', the argument '{name}' must be a number of seconds, a "
-            f"datetime.timedelta or None, but got {value!r} ({type(value).__name__})."
+            f"For '{_OWNER}', the argument 'sink_size': The input value must be int, but "
+            f"got {sink_size!r} ({type(sink_size).__name__})."
         )
-    if value <= 0:
+    if sink_size <= 0:
         raise ValueError(
-            f"For '{_OWNER}', the argument '{name}' must be > 0 seconds, but got {value}."
+            f"For '{_OWNER}', the argument 'sink_size': The input value must be int and "
+            f"must > 0, but got {sink_size}."
         )
-    return float(value)
+    if sink_size != 1:
+        raise ValueError(
+            f"For '{_OWNER}', the argument 'sink_size': The sink_size parameter only "
+            f"support value of 1 currently, but got: {sink_size}"
+        )
 
 
-def _path(name: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(
-            f"For '{_OWNER}', the argument '{name}' must be a str path or None, but got "
-            f"{value!r} ({type(value).__name__})."
-        )
-    return os.path.abspath(os.fspath(value))
+def _check_options(
+    stop: Any, checkpoint: Any, publish: Any, validation: Any
+) -> StopOptions:
+    """The option groups have their types; returns ``stop`` or the default StopOptions."""
+    for name, value, cls in (
+        ("stop", stop, StopOptions),
+        ("checkpoint", checkpoint, CheckpointOptions),
+        ("publish", publish, PublishOptions),
+        ("validation", validation, ValidationOptions),
+    ):
+        check_type(_OWNER, name, value, cls, f"a {cls.__name__}", allow_none=True)
+    return StopOptions() if stop is None else stop
 
 
 class RecModel(Model):
@@ -81,54 +83,22 @@ class RecModel(Model):
     The constructor is ``Model``'s (MindSpore Rec's, plus lit_amp's ``trainer`` and Model's
     ``**kwargs``, which MindSpore Rec's lacks, so ``loss_scale_manager`` can be set).
 
-    Args:
-        network: the backbone ``torch.nn.Module`` (e.g. :class:`~lit_amp.rec.WideDeep`).
-        loss_fn: the loss module, or None (the network computes its loss).
-        optimizer: a ``torch.optim.Optimizer`` over the network's parameters, or None.
-        metrics: metric names or a dict name -> torchmetrics ``Metric`` (for validation).
-        eval_network, eval_indexes: a custom eval network and its ``[loss, pred, label]``.
-        amp_level: "O0" | "O1" | "O2" | "O3" | "auto".
-        boost_level: "O0" | "O1" | "O2".
-        trainer: Lightning ``Trainer`` arguments (accelerator, devices, strategy, logger...).
-        **kwargs: ``loss_scale_manager``, ``keep_batchnorm_fp32``, ``boost_config_dict``.
+    Attributes:
+        last_online_summary: the :class:`OnlineSummary` of the last ``online_train`` call.
 
     Example:
-        >>> from lit_amp.rec import WideDeep
+        >>> import torch
+        >>> from lit_amp.rec import StopOptions, WideDeep
         >>> from lit_amp.rec.sources import SyntheticClickSource
         >>> net = WideDeep(vocab_size=100, embed_dim=4, hidden=(16,))
-        >>> model = RecModel(net, nn.BCEWithLogitsLoss(), torch.optim.Adam(net.parameters()))
-        >>> summary = model.online_train(SyntheticClickSource(batch_size=64), max_steps=5)
+        >>> model = RecModel(net, torch.nn.BCEWithLogitsLoss(), torch.optim.Adam(net.parameters()))
+        >>> summary = model.online_train(SyntheticClickSource(batch_size=64),
+        ...                              stop=StopOptions(max_steps=5))
         >>> summary.steps, summary.records, summary.stop_reason
         (5, 320, 'max_steps')
     """
 
-    def __init__(
-        self,
-        network: nn.Module,
-        loss_fn: nn.Module | None = None,
-        optimizer: torch.optim.Optimizer | None = None,
-        metrics: set | dict | None = None,
-        eval_network: nn.Module | None = None,
-        eval_indexes: list[int] | None = None,
-        amp_level: str = "O0",
-        boost_level: str = "O0",
-        *,
-        trainer: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            network,
-            loss_fn,
-            optimizer,
-            metrics,
-            eval_network,
-            eval_indexes,
-            amp_level,
-            boost_level,
-            trainer=trainer,
-            **kwargs,
-        )
-        self.last_online_summary: OnlineSummary | None = None
+    last_online_summary: OnlineSummary | None = None
 
     def _sink_supported(self) -> bool:
         """Whether the device can run dataset sink mode (MindSpore: not on CPU)."""
@@ -141,24 +111,10 @@ class RecModel(Model):
         dataset_sink_mode: bool = True,
         sink_size: int = 1,
         *,
-        max_steps: int | None = None,
-        max_time: float | datetime.timedelta | None = None,
-        stop_event: Any = None,
-        stop_file: str | os.PathLike | None = None,
-        stop_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
-        valid_dataset: Iterable | None = None,
-        valid_every_n_steps: int | None = None,
-        valid_window: int = 1,
-        ckpt_dir: str | os.PathLike | None = None,
-        ckpt_every_n_steps: int | None = None,
-        ckpt_every_n_seconds: float | None = None,
-        keep_checkpoint_max: int = 5,
-        resume: bool = True,
-        publish_dir: str | os.PathLike | None = None,
-        publish_every_n_steps: int | None = None,
-        publish_every_n_seconds: float | None = None,
-        keep_published_max: int = 3,
-        publish_hook: Callable[[dict], None] | None = None,
+        stop: StopOptions | None = None,
+        checkpoint: CheckpointOptions | None = None,
+        publish: PublishOptions | None = None,
+        validation: ValidationOptions | None = None,
     ) -> OnlineSummary:
         """Train continuously on an unbounded stream until a stop condition.
 
@@ -169,36 +125,20 @@ class RecModel(Model):
         sink mode falls back to non-sink (logged), where the whole stream is one epoch
         (``batch_num`` is ``len(train_dataset)``, or ``sys.maxsize`` for a stream).
 
-        Stop conditions (MindSpore Rec has none; the first one met wins, after the current
-        step): ``max_steps`` (``cur_step_num``, which counts restored steps), ``max_time``
-        (this call's wall time), ``stop_event.is_set()``, ``stop_file`` existing, one of
-        ``stop_signals`` (handlers installed for the run, previous ones put back after),
-        ``run_context.request_stop()`` from a callback (checked after every step), and the
-        dataset ending. Sources also check the event, file, signal and time while waiting.
+        What MindSpore Rec lacks comes in four option groups (see each class):
 
-        Validation: every ``valid_every_n_steps`` steps, the model (with ``metrics``) is
-        evaluated on ``valid_dataset``, or — without one — on a held-out window of the next
-        ``valid_window`` batches of the stream, which are evaluated *before* they are
-        trained on (test-then-train: the metric is honest and no record is withheld). As in
-        ``fit``, custom callbacks and ``TimeMonitor`` get the eval hooks, and
-        ``cb_params.metrics`` / ``eval_results`` are visible from then on (in sink mode at
-        that batch's ``on_train_epoch_end``).
-
-        Checkpoints (``ckpt_dir``): every ``ckpt_every_n_steps`` steps and/or
-        ``ckpt_every_n_seconds``, and at the end, ``online-{step}.ckpt`` holds the network,
-        optimizer, loss-scale state, the stream cursor of the last *trained* batch and the
-        counters, written atomically; the newest ``keep_checkpoint_max`` are kept. With
-        ``resume`` the newest one is restored first. Delivery is at-least-once: after a
-        crash (even ``kill -9``) and a restart, every record is trained at least once, and
-        the records trained twice are those after the last checkpoint (at most one interval).
-        Once a checkpoint is durable, the source's ``checkpointed(cursor)`` is called with the
-        cursor of the checkpoint before it (and of the final one at the end), so that
-        ``DirectorySource(delete_consumed=True)`` can delete consumed files.
-
-        Publishing (``publish_dir``): every ``publish_every_n_steps`` steps and/or
-        ``publish_every_n_seconds`` (also while the stream is idle), and at the end, the
-        network's weights are exported atomically as ``model-{step}.pt`` plus ``LATEST``
-        (see :mod:`lit_amp.rec.publish`); ``publish_hook(info)`` is then called.
+        - ``stop`` (:class:`StopOptions`): ``max_steps``, ``max_time``, a stop event, a stop
+          file, signals (SIGTERM / SIGINT by default). ``run_context.request_stop()`` from a
+          callback and the dataset ending always stop. The first condition met wins, after
+          the current step.
+        - ``checkpoint`` (:class:`CheckpointOptions`): ``online-{step}.ckpt`` files holding
+          weights, optimizer, loss scale, stream cursor and counters; resumed from. Once a
+          checkpoint is durable, the source's ``checkpointed(cursor)`` is called with the
+          cursor of the checkpoint before it (and of the final one at the end), so that
+          ``DirectorySource(delete_consumed=True)`` can delete consumed files.
+        - ``publish`` (:class:`PublishOptions`): weights for serving (:mod:`lit_amp.rec.publish`).
+        - ``validation`` (:class:`ValidationOptions`): test-then-train on a held-out window, or
+          a fixed validation set (the model needs ``metrics``).
 
         Args:
             train_dataset: an iterable of batches, ideally a :mod:`lit_amp.rec.sources`
@@ -207,74 +147,39 @@ class RecModel(Model):
             callbacks: MindSpore and/or Lightning callbacks.
             dataset_sink_mode: sink mode (see above).
             sink_size: must be 1 in sink mode; ignored otherwise.
-            max_steps, max_time, stop_event, stop_file, stop_signals: stop conditions.
-            valid_dataset, valid_every_n_steps, valid_window: validation.
-            ckpt_dir, ckpt_every_n_steps, ckpt_every_n_seconds, keep_checkpoint_max, resume:
-                checkpoints.
-            publish_dir, publish_every_n_steps, publish_every_n_seconds, keep_published_max,
-                publish_hook: publishing.
+            stop: the stop conditions (None: ``StopOptions()``, the signals only).
+            checkpoint: cursor checkpoints and resume (None: none).
+            publish: weights publishing (None: none).
+            validation: validation during training (None: none).
 
         Returns:
             An :class:`OnlineSummary` (MindSpore Rec returns None; it never returns at all).
 
         Raises:
             TypeError: ``dataset_sink_mode`` is not a bool (MindSpore's message: "The input
-                value must be a bool"); ``sink_size`` is not an int; a bad option type.
+                value must be a bool"); ``sink_size`` is not an int; an option group of the
+                wrong type.
             ValueError: in sink mode ``sink_size`` <= 0 ("The input value must be int and must
                 > 0") or != 1 ("The sink_size parameter only support value of 1 currently");
-                a bad option value; validation without metrics; a cadence without its folder.
+                ``validation`` without ``metrics``.
             RuntimeError: a checkpoint written by a different number of processes whose
                 source cannot merge cursors.
         """
-        # ---- MindSpore Rec's checks, in its order
-        if not isinstance(dataset_sink_mode, bool):
-            raise TypeError(
-                f"For '{_OWNER}', the argument 'dataset_sink_mode': The input value must be a "
-                f"bool, but got {type(dataset_sink_mode).__name__}."
-            )
-        if dataset_sink_mode:
-            if not isinstance(sink_size, int) or isinstance(sink_size, bool):
-                raise TypeError(
-                    f"For '{_OWNER}', the argument 'sink_size': The input value must be int, but "
-                    f"got {sink_size!r} ({type(sink_size).__name__})."
-                )
-            if sink_size <= 0:
-                raise ValueError(
-                    f"For '{_OWNER}', the argument 'sink_size': The input value must be int and "
-                    f"must > 0, but got {sink_size}."
-                )
-            if sink_size != 1:
-                raise ValueError(
-                    f"For '{_OWNER}', the argument 'sink_size': The sink_size parameter only "
-                    f"support value of 1 currently, but got: {sink_size}"
-                )
+        _check_sink(dataset_sink_mode, sink_size)
         if train_dataset is None or not isinstance(train_dataset, Iterable):
             raise TypeError(
                 f"For '{_OWNER}', the argument 'train_dataset' must be an iterable of batches "
                 f"(a stream source, a DataLoader, ...), but got {type(train_dataset).__name__}."
             )
-        cbl, pl_cbs = _split_callbacks(callbacks)
+        cbl, pl_cbs = split_callbacks(callbacks)
         cbl.check_legacy_methods(raise_error=False)
-        opts = self._online_options(
-            max_steps=max_steps,
-            max_time=max_time,
-            stop_event=stop_event,
-            stop_file=stop_file,
-            stop_signals=stop_signals,
-            valid_dataset=valid_dataset,
-            valid_every_n_steps=valid_every_n_steps,
-            valid_window=valid_window,
-            ckpt_dir=ckpt_dir,
-            ckpt_every_n_steps=ckpt_every_n_steps,
-            ckpt_every_n_seconds=ckpt_every_n_seconds,
-            keep_checkpoint_max=keep_checkpoint_max,
-            resume=resume,
-            publish_dir=publish_dir,
-            publish_every_n_steps=publish_every_n_steps,
-            publish_every_n_seconds=publish_every_n_seconds,
-            keep_published_max=keep_published_max,
-            publish_hook=publish_hook,
-        )
+        stop = _check_options(stop, checkpoint, publish, validation)
+        if validation is not None and not self.lit_model.metric_fns:
+            raise ValueError(
+                f"For '{_OWNER}', validation (valid_every_n_steps="
+                f"{validation.valid_every_n_steps}) needs 'metrics': construct the RecModel "
+                "with metrics={...}."
+            )
 
         # ---- sink mode: CPU falls back to non-sink, as MindSpore Rec
         sink = dataset_sink_mode
@@ -292,25 +197,37 @@ class RecModel(Model):
             except TypeError:
                 batch_num = sys.maxsize
 
-        lit = self._lit
+        lit = self.lit_model
         lit.apply_amp(self._device_hint())
         source = cursor_source(train_dataset)
-        if source is None and opts.ckpt_dir is not None:
-            log.warning(
-                "online_train: %s has no state_dict()/load_state_dict(), so checkpoints cannot "
-                "hold the stream position; after a restart the stream starts wherever the "
-                "dataset itself starts. Use a lit_amp.rec.sources source for at-least-once "
-                "delivery.",
-                type(train_dataset).__name__,
-            )
-        if opts.ckpt_dir is None and getattr(source, "delete_consumed", False):
-            log.warning(
-                "online_train: %s(delete_consumed=True) deletes files only once a checkpoint "
-                "counts them as consumed, and ckpt_dir is None: nothing will be deleted.",
-                type(source).__name__,
-            )
+        _warn_about_cursor(train_dataset, source, checkpoint)
         stream = OnlineStream(train_dataset, source)
-        cb_params = InternalCallbackParam(
+        cb_params = self._online_params(train_dataset, cbl, batch_num, sink, validation)
+        loop = OnlineLoop(
+            cbl, cb_params, stream, sink=sink, network=self._network, stop=stop,
+            checkpoint=checkpoint, publish=publish, validation=validation,
+        )
+        trainer = self._make_trainer(max_epochs=1, callbacks=[loop, *pl_cbs])
+        lit.sink_mode = False
+        with quiet_lightning():
+            trainer.fit(lit, train_dataloaders=stream)
+        self._current_epoch_num = int(cb_params.cur_epoch_num)
+        step = int(cb_params.cur_step_num)
+        self._current_step_num = (step - 1) % batch_num + 1 if step > 0 else 0
+        self.last_online_summary = loop.summary
+        return loop.summary
+
+    def _online_params(
+        self,
+        train_dataset: Iterable,
+        cbl: Any,
+        batch_num: int,
+        sink: bool,
+        validation: ValidationOptions | None,
+    ) -> InternalCallbackParam:
+        """The ``cb_params`` an ``online_train`` run starts with."""
+        lit = self.lit_model
+        return InternalCallbackParam(
             train_network=lit,
             network=self._network,
             loss_fn=self._loss_fn,
@@ -324,7 +241,7 @@ class RecModel(Model):
             device_number=1,
             rank=0,
             train_dataset=train_dataset,
-            valid_dataset=opts.valid_dataset,
+            valid_dataset=None if validation is None else validation.valid_dataset,
             eval_network=lit.eval_network,
             list_callback=list(cbl.callbacks),
             train_dataset_element=None,
@@ -335,114 +252,24 @@ class RecModel(Model):
             cur_step_num=0,
             net_outputs=None,
         )
-        loop = OnlineLoop(cbl, cb_params, stream, opts, sink=sink, network=self._network)
-        trainer = self._make_trainer(max_epochs=1, callbacks=[loop, *pl_cbs])
-        lit._sink_mode = False
-        with _quiet_lightning():
-            trainer.fit(lit, train_dataloaders=stream)
-        self._current_epoch_num = int(cb_params.cur_epoch_num)
-        step = int(cb_params.cur_step_num)
-        self._current_step_num = (step - 1) % batch_num + 1 if step > 0 else 0
-        self.last_online_summary = loop.summary
-        return loop.summary
-
-    def _online_options(self, **kw: Any) -> OnlineOptions:
-        max_steps = _positive_int("max_steps", kw["max_steps"])
-        max_time = _seconds("max_time", kw["max_time"])
-        ev = kw["stop_event"]
-        if ev is not None and not callable(getattr(ev, "is_set", None)):
-            raise TypeError(
-                f"For '{_OWNER}', the argument 'stop_event' must have is_set() (a "
-                f"threading.Event or multiprocessing.Event) or be None, but got "
-                f"{type(ev).__name__}."
-            )
-        stop_file = _path("stop_file", kw["stop_file"])
-        sigs = kw["stop_signals"]
-        if sigs is None:
-            sigs = ()
-        if not isinstance(sigs, (tuple, list)):
-            raise TypeError(
-                f"For '{_OWNER}', the argument 'stop_signals' must be a tuple of signal numbers, "
-                f"but got {sigs!r}."
-            )
-        for s in sigs:
-            if isinstance(s, bool) or not isinstance(s, int) or s not in signal.valid_signals():
-                raise ValueError(
-                    f"For '{_OWNER}', 'stop_signals' must hold valid signal numbers, but got {s!r}."
-                )
-            if s in _UNCATCHABLE:
-                raise ValueError(
-                    f"For '{_OWNER}', 'stop_signals' can't hold {signal.Signals(s).name}: it "
-                    "cannot be caught."
-                )
-        valid_dataset = kw["valid_dataset"]
-        if valid_dataset is not None and not isinstance(valid_dataset, Iterable):
-            raise TypeError(
-                f"For '{_OWNER}', the argument 'valid_dataset' must be an iterable of batches or "
-                f"None, but got {type(valid_dataset).__name__}."
-            )
-        valid_every = _positive_int("valid_every_n_steps", kw["valid_every_n_steps"])
-        valid_window = _positive_int("valid_window", kw["valid_window"], allow_none=False)
-        if valid_dataset is not None and valid_every is None:
-            raise ValueError(
-                f"For '{_OWNER}', 'valid_dataset' needs 'valid_every_n_steps' (how often to "
-                "validate), but it is None."
-            )
-        if valid_every is not None and not self._lit.metric_fns:
-            raise ValueError(
-                f"For '{_OWNER}', validation (valid_every_n_steps={valid_every}) needs "
-                "'metrics': construct the RecModel with metrics={...}."
-            )
-        ckpt_dir = _path("ckpt_dir", kw["ckpt_dir"])
-        ckpt_steps = _positive_int("ckpt_every_n_steps", kw["ckpt_every_n_steps"])
-        ckpt_secs = _seconds("ckpt_every_n_seconds", kw["ckpt_every_n_seconds"])
-        keep_ckpt = _positive_int(
-            "keep_checkpoint_max", kw["keep_checkpoint_max"], allow_none=False
-        )
-        if ckpt_dir is None and (ckpt_steps is not None or ckpt_secs is not None):
-            raise ValueError(
-                f"For '{_OWNER}', 'ckpt_every_n_steps' / 'ckpt_every_n_seconds' need "
-                "'ckpt_dir', but it is None."
-            )
-        if not isinstance(kw["resume"], bool):
-            raise TypeError(
-                f"For '{_OWNER}', the argument 'resume' must be a bool, but got {kw['resume']!r}."
-            )
-        publish_dir = _path("publish_dir", kw["publish_dir"])
-        pub_steps = _positive_int("publish_every_n_steps", kw["publish_every_n_steps"])
-        pub_secs = _seconds("publish_every_n_seconds", kw["publish_every_n_seconds"])
-        keep_pub = _positive_int("keep_published_max", kw["keep_published_max"], allow_none=False)
-        if publish_dir is None and (pub_steps is not None or pub_secs is not None):
-            raise ValueError(
-                f"For '{_OWNER}', 'publish_every_n_steps' / 'publish_every_n_seconds' need "
-                "'publish_dir', but it is None."
-            )
-        hook = kw["publish_hook"]
-        if hook is not None and not callable(hook):
-            raise TypeError(
-                f"For '{_OWNER}', the argument 'publish_hook' must be callable or None, but got "
-                f"{type(hook).__name__}."
-            )
-        return OnlineOptions(
-            max_steps=max_steps,
-            max_time=max_time,
-            stop_event=ev,
-            stop_file=stop_file,
-            stop_signals=tuple(int(s) for s in sigs),
-            valid_dataset=valid_dataset,
-            valid_every_n_steps=valid_every,
-            valid_window=valid_window,  # type: ignore[arg-type]
-            ckpt_dir=ckpt_dir,
-            ckpt_every_n_steps=ckpt_steps,
-            ckpt_every_n_seconds=ckpt_secs,
-            keep_checkpoint_max=keep_ckpt,  # type: ignore[arg-type]
-            resume=kw["resume"],
-            publish_dir=publish_dir,
-            publish_every_n_steps=pub_steps,
-            publish_every_n_seconds=pub_secs,
-            keep_published_max=keep_pub,  # type: ignore[arg-type]
-            publish_hook=hook,
-        )
 
     def __repr__(self) -> str:
         return super().__repr__().replace("Model(", "RecModel(", 1)
+
+
+def _warn_about_cursor(dataset: Any, source: Any, checkpoint: CheckpointOptions | None) -> None:
+    """Warn when checkpoints cannot hold the stream position, or cannot let files go."""
+    if source is None and checkpoint is not None:
+        log.warning(
+            "online_train: %s has no state_dict()/load_state_dict(), so checkpoints cannot "
+            "hold the stream position; after a restart the stream starts wherever the "
+            "dataset itself starts. Use a lit_amp.rec.sources source for at-least-once "
+            "delivery.",
+            type(dataset).__name__,
+        )
+    if checkpoint is None and getattr(source, "delete_consumed", False):
+        log.warning(
+            "online_train: %s(delete_consumed=True) deletes files only once a checkpoint "
+            "counts them as consumed, and there is no checkpoint: nothing will be deleted.",
+            type(source).__name__,
+        )

@@ -6,7 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from lit_amp.rec import LazyAdam, RecModel, SlidingWindowAUC, WideDeep, binned_auc
+from lit_amp.rec import (
+    LazyAdam,
+    RecModel,
+    SlidingWindowAUC,
+    ValidationOptions,
+    WideDeep,
+    binned_auc,
+)
 from lit_amp.rec.sources import SyntheticClickSource
 from tests.rec._helpers import Recorder
 
@@ -112,8 +119,7 @@ def test_sliding_window_auc_as_a_validation_metric():
     model.online_train(
         SyntheticClickSource(batch_size=64, num_records=64 * 6),
         callbacks=rec,
-        valid_every_n_steps=3,
-        valid_window=2,
+        validation=ValidationOptions(valid_every_n_steps=3, valid_window=2),
     )
     assert 0.0 <= rec.metrics_seen[-1]["auc"] <= 1.0
 

@@ -19,11 +19,12 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
 
+from lit_amp._io import atomic_write
 from lit_amp.rec.sources.base import StreamSource, check_source_args, resolve_shard
 from lit_amp.rec.sources.schema import ClickSchema, Columns
 
@@ -53,7 +54,7 @@ def write_shard(
     schema: ClickSchema | None = None,
     fsync: bool = False,
 ) -> str:
-    """Write one file for a :class:`DirectorySource` atomically (hidden temp file, then rename).
+    """Write one file for a :class:`DirectorySource` atomically (:func:`lit_amp._io.atomic_write`).
 
     Args:
         directory: the watched folder (created if missing).
@@ -62,7 +63,8 @@ def write_shard(
             :meth:`SyntheticClickSource.columns`).
         fmt: ``"npz"``, ``"pt"`` or ``"jsonl"``.
         schema: for ``"jsonl"`` (default :class:`ClickSchema`).
-        fsync: flush the data to disk before the rename (survives a power cut).
+        fsync: flush the data (and the folder) to disk before returning (survives a power
+            cut).
 
     Returns:
         The final path.
@@ -90,18 +92,16 @@ def write_shard(
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
     final = os.path.join(directory, f"{name}.{fmt}")
-    tmp = os.path.join(directory, f".{name}.{fmt}.tmp")
-    with open(tmp, "wb") as f:
+
+    def write(f: IO[bytes]) -> None:
         if fmt == "npz":
             np.savez(f, **{k: np.asarray(v) for k, v in columns.items()})
         elif fmt == "pt":
             torch.save({k: torch.as_tensor(np.asarray(v)) for k, v in columns.items()}, f)
         else:
             f.write((schema or ClickSchema()).to_json_lines(columns))
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, final)
+
+    atomic_write(final, write, fsync=fsync)
     return final
 
 
@@ -351,6 +351,26 @@ class DirectorySource(StreamSource):
         return _OpenFile(name, cols, index, n_total, k)
 
     # ------------------------------------------------------------------ iteration
+    def _new_files(
+        self, done: frozenset[str], skip: set, shard: int, nshards: int
+    ) -> tuple[frozenset[str], list[str]]:
+        """``(done, new)``: ``done`` less removed files, and this shard's unread files, sorted."""
+        names = self._list()
+        if names is None:
+            return done, []
+        present = set(names)
+        if len(done) > 64 and not done <= present:
+            done = done & present  # consumed files that were removed leave the cursor
+        new = sorted(
+            n
+            for n in names
+            if self._wanted(n)
+            and n not in done
+            and n not in skip
+            and (nshards == 1 or shard_of(n, nshards) == shard)
+        )
+        return done, new
+
     def __iter__(self) -> Iterator[Any]:
         shard, nshards = resolve_shard(self.rank, self.world_size)
         done: frozenset[str] = self._cursor["done"]
@@ -376,22 +396,8 @@ class DirectorySource(StreamSource):
 
         def scan() -> None:
             nonlocal done
-            names = self._list()
-            if names is None:
-                return
-            present = set(names)
-            if len(done) > 64 and not done <= present:
-                done = done & present  # consumed files that were removed leave the cursor
             current = cur.name if cur is not None else None
-            new = sorted(
-                n
-                for n in names
-                if self._wanted(n)
-                and n not in done
-                and n not in queued
-                and n != current
-                and (nshards == 1 or shard_of(n, nshards) == shard)
-            )
+            done, new = self._new_files(done, queued | {current}, shard, nshards)
             queue.extend(new)
             queued.update(new)
 

@@ -10,8 +10,15 @@ import time
 import pytest
 import torch
 
-from lit_amp.amp.loss_scale_manager import DynamicLossScaleManager
-from lit_amp.rec import load_published, publish_weights
+from lit_amp._io import TMP_PREFIX
+from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
+from lit_amp.rec import (
+    CheckpointOptions,
+    PublishOptions,
+    StopOptions,
+    load_published,
+    publish_weights,
+)
 from lit_amp.rec.publish import latest_published, list_checkpoints
 from lit_amp.rec.sources import DirectorySource, SyntheticClickSource
 from tests.rec._helpers import Recorder, fill_dir, make_model, tiny_net
@@ -20,9 +27,7 @@ from tests.rec._helpers import Recorder, fill_dir, make_model, tiny_net
 def test_checkpoints_by_steps_keep_the_newest(tmp_path):
     s = make_model().online_train(
         SyntheticClickSource(batch_size=8, num_records=80),
-        ckpt_dir=tmp_path,
-        ckpt_every_n_steps=3,
-        keep_checkpoint_max=2,
+        checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=3, keep_checkpoint_max=2),
     )
     names = [os.path.basename(p) for p in list_checkpoints(tmp_path)]
     assert names == ["online-000000000009.ckpt", "online-000000000010.ckpt"]  # 3, 6 pruned
@@ -36,10 +41,8 @@ def test_checkpoints_by_steps_keep_the_newest(tmp_path):
 def test_checkpoints_by_seconds(tmp_path):
     s = make_model().online_train(
         SyntheticClickSource(batch_size=4, rate=400.0),
-        ckpt_dir=tmp_path,
-        ckpt_every_n_seconds=0.15,
-        max_time=0.8,
-        keep_checkpoint_max=100,
+        checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_seconds=0.15, keep_checkpoint_max=100),
+        stop=StopOptions(max_time=0.8),
     )
     assert s.stop_reason == "max_time"
     assert len(list_checkpoints(tmp_path)) >= 3
@@ -54,9 +57,8 @@ def test_resume_restores_weights_optimizer_loss_scale_cursor_and_counters(tmp_pa
     s1 = first.online_train(
         DirectorySource(data, batch_size=10, max_idle_s=0),
         callbacks=rec1,
-        ckpt_dir=ckpt,
-        ckpt_every_n_steps=2,
-        max_steps=4,
+        checkpoint=CheckpointOptions(ckpt, ckpt_every_n_steps=2),
+        stop=StopOptions(max_steps=4),
     )
     assert (s1.steps, s1.stop_reason) == (4, "max_steps")
     lit1 = first.lit_model
@@ -67,8 +69,8 @@ def test_resume_restores_weights_optimizer_loss_scale_cursor_and_counters(tmp_pa
     s2 = second.online_train(
         DirectorySource(data, batch_size=10, max_idle_s=0),
         callbacks=rec2,
-        ckpt_dir=ckpt,
-        max_steps=5,
+        checkpoint=CheckpointOptions(ckpt),
+        stop=StopOptions(max_steps=5),
     )
     assert s2.resumed_from.endswith("online-000000000004.ckpt")
     # counters continue: cur_step_num 5 is the first step of this run, max_steps is absolute
@@ -94,20 +96,30 @@ def test_resume_restores_weights_optimizer_loss_scale_cursor_and_counters(tmp_pa
 
 
 def test_resume_false_starts_over(tmp_path):
-    kw = {"ckpt_dir": tmp_path, "max_steps": 2}
-    make_model().online_train(SyntheticClickSource(batch_size=4), **kw)
-    s = make_model().online_train(SyntheticClickSource(batch_size=4), resume=False, **kw)
+    stop = StopOptions(max_steps=2)
+    make_model().online_train(
+        SyntheticClickSource(batch_size=4), checkpoint=CheckpointOptions(tmp_path), stop=stop
+    )
+    s = make_model().online_train(
+        SyntheticClickSource(batch_size=4),
+        checkpoint=CheckpointOptions(tmp_path, resume=False),
+        stop=stop,
+    )
     assert s.resumed_from is None and s.steps == 2
 
 
 def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
     make_model().online_train(
-        SyntheticClickSource(batch_size=4), ckpt_dir=tmp_path, ckpt_every_n_steps=1, max_steps=3
+        SyntheticClickSource(batch_size=4),
+        checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=1),
+        stop=StopOptions(max_steps=3),
     )
     (tmp_path / "online-000000000099.ckpt").write_bytes(b"garbage")
     with caplog.at_level(logging.WARNING):
         s = make_model().online_train(
-            SyntheticClickSource(batch_size=4), ckpt_dir=tmp_path, max_steps=4
+            SyntheticClickSource(batch_size=4),
+            checkpoint=CheckpointOptions(tmp_path),
+            stop=StopOptions(max_steps=4),
         )
     assert s.resumed_from.endswith("online-000000000003.ckpt")
     assert "unreadable checkpoint" in caplog.text
@@ -116,14 +128,17 @@ def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous(tmp_path, ca
 def test_no_readable_checkpoint_is_an_error_not_a_silent_restart(tmp_path):
     (tmp_path / "online-000000000005.ckpt").write_bytes(b"garbage")
     with pytest.raises(RuntimeError, match="none of the 1 checkpoint"):
-        make_model().online_train(SyntheticClickSource(batch_size=4), ckpt_dir=tmp_path)
+        make_model().online_train(
+            SyntheticClickSource(batch_size=4), checkpoint=CheckpointOptions(tmp_path)
+        )
 
 
 def test_checkpoints_load_with_weights_only(tmp_path):
     data = tmp_path / "data"
     fill_dir(data, 2, 4)
     s = make_model().online_train(
-        DirectorySource(data, batch_size=4, max_idle_s=0), ckpt_dir=tmp_path / "ckpt"
+        DirectorySource(data, batch_size=4, max_idle_s=0),
+        checkpoint=CheckpointOptions(tmp_path / "ckpt"),
     )
     state = torch.load(s.last_checkpoint, weights_only=True)
     assert state["online"]["cursors"] == [
@@ -134,7 +149,7 @@ def test_checkpoints_load_with_weights_only(tmp_path):
 def test_a_dataset_without_cursor_warns_when_checkpointing(tmp_path, caplog):
     batches = list(SyntheticClickSource(batch_size=4, num_records=8))
     with caplog.at_level(logging.WARNING):
-        make_model().online_train(batches, ckpt_dir=tmp_path)
+        make_model().online_train(batches, checkpoint=CheckpointOptions(tmp_path))
     assert "cannot hold the stream position" in caplog.text
 
 
@@ -143,10 +158,9 @@ def test_publish_by_steps_writes_loadable_weights(tmp_path):
     model = make_model()
     s = model.online_train(
         SyntheticClickSource(batch_size=8, num_records=56),
-        publish_dir=tmp_path,
-        publish_every_n_steps=2,
-        keep_published_max=2,
-        publish_hook=infos.append,
+        publish=PublishOptions(
+            tmp_path, publish_every_n_steps=2, keep_published_max=2, publish_hook=infos.append
+        ),
     )
     assert [i["step"] for i in infos] == [2, 4, 6, 7]  # every 2 steps, and at the end
     assert sorted(os.listdir(tmp_path)) == [
@@ -172,10 +186,12 @@ def test_publish_by_seconds_also_while_the_stream_is_idle(tmp_path):
     make_model().online_train(
         SyntheticClickSource(batch_size=2, rate=4.0),  # one batch every 0.5 s
         callbacks=rec,
-        publish_dir=tmp_path,
-        publish_every_n_seconds=0.1,
-        max_time=1.6,
-        publish_hook=lambda i: infos.append({**i, "t": time.monotonic()}),
+        publish=PublishOptions(
+            tmp_path,
+            publish_every_n_seconds=0.1,
+            publish_hook=lambda i: infos.append({**i, "t": time.monotonic()}),
+        ),
+        stop=StopOptions(max_time=1.6),
     )
     # step 1's weights were published while waiting for batch 2, not only when it came
     first = next(i for i in infos if i["step"] == 1)
@@ -212,7 +228,7 @@ def test_delete_consumed_needs_checkpoints_and_drains_the_folder_with_them(tmp_p
     def src():
         return DirectorySource(data, batch_size=8, max_idle_s=0.0, delete_consumed=True)
 
-    # without ckpt_dir: a warning, and every file stays (nothing would survive a crash)
+    # without checkpoints: a warning, and every file stays (nothing would survive a crash)
     with caplog.at_level(logging.WARNING, logger="lit_amp.rec"):
         s = make_model().online_train(src())
     assert s.records == 48
@@ -220,7 +236,35 @@ def test_delete_consumed_needs_checkpoints_and_drains_the_folder_with_them(tmp_p
     assert sorted(p.name for p in data.iterdir()) == files
     # with checkpoints every 2 steps: trained once, and the folder ends empty
     source = src()
-    s = make_model().online_train(source, ckpt_dir=tmp_path / "ckpt", ckpt_every_n_steps=2)
+    s = make_model().online_train(
+        source, checkpoint=CheckpointOptions(tmp_path / "ckpt", ckpt_every_n_steps=2)
+    )
     assert s.records == 48 and s.stop_reason == "source_exhausted"
     assert [p.name for p in data.iterdir()] == []
     assert source.files_deleted == 6
+
+
+def test_load_published_on_a_corrupt_file_names_the_file(tmp_path):
+    path = publish_weights(tiny_net(), tmp_path, step=1)
+    with open(path, "wb") as f:
+        f.write(b"not a torch file")
+    with pytest.raises(ValueError, match="model-000000000001.pt.*cannot be read"):
+        load_published(tmp_path)
+
+
+def test_stale_temp_files_of_a_killed_writer_are_removed_at_start(tmp_path):
+    ckpt, pub = tmp_path / "ckpt", tmp_path / "pub"
+    for d in (ckpt, pub):
+        d.mkdir()
+        (d / (TMP_PREFIX + "killed")).write_bytes(b"half a checkpoint")
+        (d / "keep.txt").write_text("not ours")
+    make_model().online_train(
+        SyntheticClickSource(batch_size=4, num_records=8),
+        checkpoint=CheckpointOptions(ckpt),
+        publish=PublishOptions(pub),
+    )
+    for d in (ckpt, pub):
+        names = os.listdir(d)
+        assert not any(n.startswith(TMP_PREFIX) for n in names)
+        assert "keep.txt" in names
+    assert len(list_checkpoints(ckpt)) == 1 and "LATEST" in os.listdir(pub)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from lit_amp.callbacks import Callback
-from lit_amp.rec import RecModel, WideDeep
+from lit_amp.rec import CheckpointOptions, RecModel, ValidationOptions, WideDeep
 from lit_amp.rec.sources import DirectorySource
 
 
@@ -82,9 +82,7 @@ def main() -> None:
         metrics=metrics,
         trainer=trainer,
     )
-    valid = {}
-    if a.valid_every:
-        valid = {"valid_every_n_steps": a.valid_every, "valid_window": 1}
+    valid = ValidationOptions(valid_every_n_steps=a.valid_every) if a.valid_every else None
     src = DirectorySource(
         a.data,
         batch_size=a.batch,
@@ -95,10 +93,10 @@ def main() -> None:
     summary = model.online_train(
         src,
         callbacks=[LogIds(log, a.sleep), *([LogEval(log + ".eval")] if a.valid_every else [])],
-        ckpt_dir=a.ckpt,
-        ckpt_every_n_steps=a.ckpt_every,
-        keep_checkpoint_max=3,
-        **valid,
+        checkpoint=CheckpointOptions(
+            a.ckpt, ckpt_every_n_steps=a.ckpt_every, keep_checkpoint_max=3
+        ),
+        validation=valid,
     )
     print("SUMMARY " + json.dumps(dataclasses.asdict(summary)), flush=True)
     sys.exit(0)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +15,11 @@ import torch
 
 from lit_amp.rec.publish import list_checkpoints
 from lit_amp.rec.sources import SyntheticClickSource, shard_of, write_shard
+from tests.helpers.dist import free_port
 
 pytestmark = pytest.mark.slow  # two trainer processes: ~10-30 s on a shared 2-core machine
 
 WORKER = str(Path(__file__).with_name("_online_worker.py"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _uneven_files(directory: Path, per_shard: tuple[int, int], per_file: int) -> dict[int, list]:
@@ -46,7 +40,7 @@ def _uneven_files(directory: Path, per_shard: tuple[int, int], per_file: int) ->
 def _run_two_ranks(tmp_path: Path, extra: list[str]) -> list[dict]:
     """Both ranks of ``_online_worker.py`` under DDP; returns their summaries."""
     data, ckpt, log = tmp_path / "data", tmp_path / "ckpt", tmp_path / "trained.log"
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in (0, 1):
         env = {

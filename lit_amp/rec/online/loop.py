@@ -1,0 +1,261 @@
+"""The online-training loop: MindSpore Rec's ``online_train`` rules on Lightning's hooks.
+
+Lightning's fit loop drives one long epoch over :class:`~lit_amp.rec._stream.OnlineStream`;
+:class:`OnlineLoop` is the :class:`~lit_amp.callbacks.bridge.MindSporeCallbackBridge` with
+``online_train``'s epoch accounting (in sink mode every batch is one epoch) and, around each
+step, what MindSpore lacks: stop conditions (:mod:`.stopping`), validation
+(:mod:`.validation`), cursor checkpoints and publishing (:mod:`.checkpoints`).
+
+=========================  ====================================================================
+Lightning                  online_train
+=========================  ====================================================================
+on_train_start             restore the newest checkpoint (weights, optimizer, loss scale,
+                           cursor, counters); install signal handlers; ``on_train_begin``
+on_train_epoch_start       non-sink: ``cur_epoch_num`` += 1, ``on_train_epoch_begin``
+on_train_batch_start       sink: ``cur_epoch_num`` += 1, ``on_train_epoch_begin``;
+                           ``cur_step_num`` += 1, ``on_train_step_begin``
+on_train_batch_end         ``on_train_step_end``; commit the batch's cursor; validation when
+                           due (eval hooks on custom callbacks + TimeMonitor); sink:
+                           ``on_train_epoch_end``; stop checks; checkpoint / publish when due
+on_train_epoch_end         non-sink: ``on_train_epoch_end``
+on_train_end               ``on_train_end``; final checkpoint and publish
+=========================  ====================================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import lightning as L
+import torch
+
+from lit_amp.callbacks.bridge import MindSporeCallbackBridge
+from lit_amp.rec._stream import OnlineStream, batch_size_of
+from lit_amp.rec.online.checkpoints import CursorCheckpoints, Publisher
+from lit_amp.rec.online.options import (
+    CheckpointOptions,
+    OnlineSummary,
+    PublishOptions,
+    StopOptions,
+    ValidationOptions,
+)
+from lit_amp.rec.online.ranks import Ranks
+from lit_amp.rec.online.stopping import StopConditions
+from lit_amp.rec.online.validation import validate, validation_due
+
+__all__ = ["OnlineLoop"]
+
+log = logging.getLogger(__name__)
+
+
+class OnlineLoop(MindSporeCallbackBridge):
+    """Runs ``online_train``'s rules from Lightning's hooks (see the module docstring).
+
+    Args:
+        callbacks: the MindSpore callbacks.
+        cb_params: the run's callback parameters.
+        stream: what Lightning iterates.
+        sink: dataset sink mode (each batch is one epoch for callbacks).
+        network: the backbone (published weights are its ``state_dict``).
+        stop: the stop options.
+        checkpoint: the checkpoint options, or None (no checkpoints).
+        publish: the publish options, or None (nothing published).
+        validation: the validation options, or None (no validation).
+    """
+
+    def __init__(
+        self,
+        callbacks: Any,
+        cb_params: Any,
+        stream: OnlineStream,
+        *,
+        sink: bool,
+        network: torch.nn.Module,
+        stop: StopOptions,
+        checkpoint: CheckpointOptions | None = None,
+        publish: PublishOptions | None = None,
+        validation: ValidationOptions | None = None,
+    ) -> None:
+        super().__init__(callbacks, cb_params)
+        self.stream = stream
+        self.sink = sink
+        self.validation = validation
+        self.summary = OnlineSummary()
+        self.ranks = Ranks()
+        self.stop = StopConditions(stop)
+        self.checkpoints = (
+            None
+            if checkpoint is None
+            else CursorCheckpoints(checkpoint, stream, self.ranks, cb_params, self.summary,
+                                   sink=sink)
+        )
+        self.publisher = (
+            None if publish is None else Publisher(publish, network, self.ranks, self.summary)
+        )
+        self.cursor: Any = None  # cursor of the last trained batch (this rank)
+        self._t0 = 0.0
+        self._start_step = 0
+        self._start_records = 0
+        self._idle_stop: str | None = None
+        self._lit: Any = None
+
+    def _step(self) -> int:
+        return int(self.cb.cur_step_num)
+
+    # ---------------------------------------------------------------- idle hook
+    def _idle(self) -> bool:
+        """Called by the source while it waits for data: stop checks, time-based cadences."""
+        reason = self.stop.local_reason()
+        if reason is not None:
+            self._idle_stop = reason
+            return True
+        now = time.monotonic()
+        step = self._step()
+        pub = self.publisher
+        if pub is not None and step != pub.last_step and pub.time_due(now):
+            pub.publish(step, self.cursor)
+        ck = self.checkpoints
+        # under DDP a checkpoint gathers cursors: only at step ends
+        if self.ranks.world == 1 and ck is not None and step != ck.last_step and ck.time_due(now):
+            ck.save(self._lit, step, self.cursor)
+        return False
+
+    # ---------------------------------------------------------------- Lightning hooks
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        device = trainer.strategy.root_device
+        if device.type != "cuda":
+            device = torch.device("cpu")  # gloo reduces CPU tensors
+        self.ranks.world, self.ranks.rank, self.ranks.device = (
+            trainer.world_size, trainer.global_rank, device
+        )
+        self._lit = pl_module
+        # the stream reports a huge len() only to turn off Lightning's prefetch (already set up
+        # by now); progress bars should show an open-ended epoch
+        trainer.fit_loop.max_batches = float("inf")
+        self._common(trainer)
+        self.cb.mode = "train"
+        self.cb.cur_step_num = 0
+        self.cb.cur_epoch_num = 0
+        if self.checkpoints is not None:
+            restored = self.checkpoints.restore(pl_module)
+            if restored is not None:
+                self.cursor = restored
+        self._start_step = self._step()
+        self._start_records = self.summary.total_records
+        self._bind_stream()
+        self._t0 = time.monotonic()
+        self.stop.start(self._t0)
+        for part in (self.checkpoints, self.publisher):
+            if part is not None:
+                part.start(self._start_step, self._t0)  # nothing new to save yet
+        self.begin_train()
+        if self.stop.max_steps_reached(self._step()):
+            self.summary.stop_reason = self._idle_stop = "max_steps"
+            trainer.should_stop = True
+
+    def _bind_stream(self) -> None:
+        self.stream.stop_local = lambda: (
+            self._idle_stop is not None or (self.stop.local_reason() is not None)
+        )
+        if self.ranks.world > 1:
+            self.stream.agree = self.ranks.agree
+        source = self.stream.source
+        if source is not None and hasattr(source, "bind_idle"):
+            source.bind_idle(self._idle)
+        elif hasattr(self.stream.dataset, "bind_idle"):
+            self.stream.dataset.bind_idle(self._idle)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.sink:
+            self.begin_epoch(int(self.cb.cur_epoch_num) + 1)
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self.sink:
+            self.begin_epoch(int(self.cb.cur_epoch_num) + 1)
+        self.begin_step(batch)
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        self.end_step(outputs)
+        self.cursor = self.stream.commit()
+        self.summary.total_records += batch_size_of(batch)
+        step = self._step()
+        if validation_due(self.validation, step):
+            validate(self, self.validation, self.stream, self.ranks, trainer, pl_module)
+        if self.sink:
+            self.end_epoch()
+        reason = self.stop.step_reason(step, stop_requested=self.run_context.get_stop_requested())
+        now = time.monotonic()
+        ck, pub = self.checkpoints, self.publisher
+        ckpt_time = ck is not None and ck.time_due(now)
+        stop_flag, ckpt_flag = self.ranks.reduce_max([reason is not None, ckpt_time])
+        if ck is not None and (ckpt_flag or ck.step_due(step)):
+            ck.save(pl_module, step, self.cursor)
+        if pub is not None and (pub.step_due(step) or pub.time_due(now)):
+            pub.publish(step, self.cursor)
+        if stop_flag:
+            self.summary.stop_reason = reason or "peer_stopped"
+            trainer.should_stop = True
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.sink:
+            self.end_epoch()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        s = self.summary
+        if s.stop_reason is None:
+            s.stop_reason = self._final_stop_reason()
+        self.end_train()
+        step = self._step()
+        if self.checkpoints is not None:
+            self.checkpoints.finish(pl_module, step, self.cursor)
+        if self.publisher is not None and step != self.publisher.last_step:
+            self.publisher.publish(step, self.cursor)
+        self._finish()
+        log.info(
+            "online_train stopped (%s) at step %d: %d steps, %d records in %.1f s.",
+            s.stop_reason,
+            step,
+            s.steps,
+            s.records,
+            s.elapsed_s,
+        )
+
+    def _final_stop_reason(self) -> str:
+        if self._idle_stop is not None:
+            return self._idle_stop
+        if self.stream.agreed_stop:
+            return "peer_stopped"
+        if self.stream.exhausted:
+            return "source_exhausted"
+        return self.stop.local_reason() or "peer_stopped"
+
+    def _finish(self) -> None:
+        self.stop.finish()
+        for obj in (self.stream.source, self.stream.dataset):
+            if obj is not None and hasattr(obj, "bind_idle"):
+                obj.bind_idle(None)
+        self.stream.close()
+        s = self.summary
+        s.total_steps = self._step()
+        s.steps = s.total_steps - self._start_step
+        s.records = s.total_records - self._start_records
+        s.elapsed_s = time.monotonic() - self._t0 if self._t0 else 0.0
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        try:
+            self.leave_on_exception()
+        finally:
+            self._finish()

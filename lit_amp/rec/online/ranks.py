@@ -1,0 +1,56 @@
+"""The three collectives ``online_train`` needs under DDP (no-ops in one process).
+
+Example:
+    >>> Ranks().reduce_max([0, 1]), Ranks().gather("cursor")
+    ([0, 1], ['cursor'])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["Ranks"]
+
+
+class Ranks:
+    """This process's place among the DDP ranks, and the collectives over them.
+
+    Args:
+        world: the number of processes.
+        rank: this process's global rank.
+        device: where collectives' tensors live (CPU for gloo).
+    """
+
+    def __init__(self, world: int = 1, rank: int = 0, device: torch.device | None = None) -> None:
+        self.world = world
+        self.rank = rank
+        self.device = device or torch.device("cpu")
+
+    def reduce_max(self, values: list[int]) -> list[int]:
+        """The element-wise maximum of ``values`` over all ranks."""
+        if self.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.int32, device=self.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return [int(v) for v in t.tolist()]
+
+    def agree(self, has_batch: bool) -> bool:
+        """Whether all ranks have a batch (one all-reduce MIN)."""
+        t = torch.tensor([1 if has_batch else 0], dtype=torch.int32, device=self.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
+        return bool(t.item())
+
+    def gather(self, obj: Any) -> list[Any]:
+        """``obj`` of every rank, indexed by rank."""
+        if self.world == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        """Wait for every rank (nothing in one process)."""
+        if self.world > 1:
+            torch.distributed.barrier()
