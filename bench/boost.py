@@ -1,6 +1,6 @@
 """Benchmark: boost levels O0 / O1 / O2 and each algorithm's contribution (issue #6).
 
-A residual 1-D CNN with BatchNorm (``lit_amp.boost._nets.ResNet1D``: width 32, 3 stages of 2
+A residual 1-D CNN with BatchNorm (``lit_amp.demos.ResNet1D``: width 32, 3 stages of 2
 basic blocks, 15 BatchNorm layers) on MNIST-1D, SGD momentum 0.9, cosine LR, batch 100 (DDP:
 2 x 50), fp32, CPU, ``LitModel`` in a Lightning ``Trainer`` with ``AutoBoost`` as a callback.
 
@@ -79,7 +79,7 @@ def _quiet() -> None:
 
 
 def _data() -> dict[str, torch.Tensor]:
-    from lit_amp.datasets import mnist1d_arrays
+    from lit_amp.demos import mnist1d_arrays
 
     d = mnist1d_arrays()
     return {
@@ -129,7 +129,7 @@ def _run(variant: Any, seed: int, epochs: int, data: dict, ddp_world: int = 0) -
 
     from lit_amp import LitModel
     from lit_amp.boost import AutoBoost
-    from lit_amp.boost._nets import ResNet1D
+    from lit_amp.demos import ResNet1D
 
     torch.manual_seed(seed)
     net = ResNet1D(WIDTH, BLOCKS)

@@ -27,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import interleaved, machine, medians, write_result  # noqa: E402
 
 from lit_amp import Model  # noqa: E402
-from lit_amp.datasets import mnist1d_loaders  # noqa: E402
-from lit_amp.nets import MLP  # noqa: E402
+from lit_amp.demos import MLP, mnist1d_loaders  # noqa: E402
 
 EPOCHS = 20
 

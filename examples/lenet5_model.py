@@ -29,7 +29,7 @@ from torch import nn
 
 from lit_amp import Model, build_train_network
 from lit_amp.callbacks import LossMonitor, TimeMonitor
-from lit_amp.datasets import mnist1d_loaders
+from lit_amp.demos import mnist1d_loaders
 
 
 class LeNet5(nn.Module):

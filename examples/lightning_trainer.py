@@ -22,8 +22,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
 from lit_amp import AmpPrecision, LitModel
-from lit_amp.datasets import mnist1d_loaders
-from lit_amp.nets import CNN1D
+from lit_amp.demos import CNN1D, mnist1d_loaders
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -15,8 +15,7 @@ from torch import nn
 
 from lit_amp import FixedLossScaleManager, Model
 from lit_amp.callbacks import LossMonitor
-from lit_amp.datasets import mnist1d_loaders
-from lit_amp.nets import CNN1D
+from lit_amp.demos import CNN1D, mnist1d_loaders
 from lit_amp.thor import ConvertModelUtils, thor
 
 

@@ -269,7 +269,7 @@ def remove_residual_bn(network: nn.Module) -> list[str]:
         The module paths that became ``nn.Identity`` (empty when nothing matched).
 
     Example:
-        >>> from lit_amp.boost._nets import ResNet1D
+        >>> from lit_amp.demos import ResNet1D
         >>> remove_residual_bn(ResNet1D(channels=8, blocks=(1, 1)))
         ['layers.0.bn1', 'layers.1.bn1']
     """
@@ -332,7 +332,7 @@ def apply_less_bn(
         "added": [params]}`` (empty when the network was already processed).
 
     Example:
-        >>> from lit_amp.boost._nets import ResNet1D
+        >>> from lit_amp.demos import ResNet1D
         >>> info = apply_less_bn(ResNet1D(channels=8, blocks=(1,)))
         >>> info["removed_bn"], type(info["head"]).__name__
         (['layers.0.bn1'], 'CommonHeadLastFN')

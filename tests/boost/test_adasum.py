@@ -71,7 +71,7 @@ def _lightning_o2(rank: int, level: str = "O2") -> dict:
 
     from lit_amp import LitModel
     from lit_amp.boost import AutoBoost
-    from lit_amp.boost._nets import ResNet1D
+    from lit_amp.demos import ResNet1D
 
     torch.manual_seed(0)
     net = ResNet1D(channels=4, blocks=(2, 2, 2))

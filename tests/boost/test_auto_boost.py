@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lit_amp import LitModel
 from lit_amp.boost import AutoBoost, CommonHeadLastFN
-from lit_amp.boost._nets import ResNet1D
+from lit_amp.demos import ResNet1D
 
 
 def _loader(n: int = 96, batch: int = 16):

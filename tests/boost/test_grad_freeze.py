@@ -11,8 +11,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lit_amp import LitModel
 from lit_amp.boost import AutoBoost, GradientFreeze
-from lit_amp.boost._nets import ResNet1D
 from lit_amp.boost.grad_freeze import freeze_schedule, split_parameter_groups, train_sets
+from lit_amp.demos import ResNet1D
 
 
 def _deep(n: int = 12) -> nn.Sequential:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lit_amp.boost._nets import ResNet1D
 from lit_amp.boost.less_bn import (
     CommonHeadLastFN,
     LessBN,
@@ -14,6 +13,7 @@ from lit_amp.boost.less_bn import (
     remove_residual_bn,
     replace_head_with_fn,
 )
+from lit_amp.demos import ResNet1D
 
 
 def test_fn_head_hand_computation():

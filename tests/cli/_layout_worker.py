@@ -1,8 +1,9 @@
 """Worker script for tests/cli/test_layout.py (run as a subprocess; writes JSON per rank).
 
+A script, because Lightning's launcher re-runs it for rank 1 (the FSDP2 layout test runs in
+``tests.helpers.dist.run_distributed`` instead).
+
 Modes:
-    dtensor OUT   - 2 gloo CPU processes; FSDP2 ``fully_shard`` on a CPU mesh, then
-                    ``Model.infer_train_layout`` / ``infer_predict_layout`` read the DTensors.
     mp OUT        - ``Model(trainer={"strategy": ModelParallelStrategy(...)})`` on 2 CPU
                     processes (Lightning's launcher re-runs this script for rank 1).
     mp_train OUT  - ``Model.train`` under that strategy with a plain network (must be refused:
@@ -17,7 +18,6 @@ import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 
@@ -29,26 +29,6 @@ def _net() -> nn.Module:
 def _data() -> list:
     g = torch.Generator().manual_seed(0)
     return [(torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,), generator=g))]
-
-
-def _dtensor_worker(rank: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    from lit_amp import Model
-
-    net = _net()
-    fully_shard(net, mesh=init_device_mesh("cpu", (2,)))
-    model = Model(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1))
-    res = {
-        "train": model.infer_train_layout(_data()),
-        "predict": model.infer_predict_layout(torch.randn(4, 8)),
-    }
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump(res, f)
-    dist.destroy_process_group()
 
 
 def _mp_model():
@@ -93,9 +73,7 @@ def _mp_train(out: str) -> None:
 
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
-    if mode == "dtensor":
-        mp.spawn(_dtensor_worker, args=(int(sys.argv[3]), out), nprocs=2, join=True)
-    elif mode == "mp_train":
+    if mode == "mp_train":
         _mp_train(out)
     else:
         _mp(out)

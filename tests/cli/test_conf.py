@@ -9,7 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from lit_amp.cli import CONF_DIR, build
+from lit_amp.cli import CONF_DIR
+from lit_amp.cli.build import build
 from tests.cli._helpers import compose_cfg, options
 
 ONLINE = ("mode=online", "model=wide_deep", "data=clicks_stream", "data.num_records=64",

@@ -7,8 +7,8 @@ import json
 
 import hydra.utils as hu
 
-from lit_amp import instantiate as inst
-from lit_amp.sweep_summary import load_results, markdown_table, summarize
+from lit_amp.cli import instantiate as inst
+from lit_amp.cli.sweep_summary import load_results, markdown_table, summarize
 
 
 def test_plain_hydra_13_instantiate():
@@ -48,7 +48,7 @@ def test_whitelist_kwarg_is_used_when_hydra_has_one(monkeypatch):
 def _write(d, i, **kw):
     (d / str(i)).mkdir(parents=True)
     row = {"overrides": [f"amp=O{i}", "epochs=1"], "status": "ok", "value": 0.5 + i / 10,
-           "optimized_metric": "acc", "samples_per_s": 100.0 * (i + 1), "wall_s": 1.0, **kw}
+           "optimized_metric": "acc", "samples_per_sec": 100.0 * (i + 1), "wall_s": 1.0, **kw}
     (d / str(i) / "result.json").write_text(json.dumps(row))
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 from torch import nn
 
 from lit_amp import Model
+from tests.helpers.dist import run_distributed
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("_layout_worker.py")
@@ -36,12 +36,6 @@ def test_layout_outside_a_sharded_strategy_raises(strategy):
         model.infer_predict_layout(torch.randn(2, 4))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_worker(*args: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, str(WORKER), *args], cwd=ROOT, env=env,
@@ -49,10 +43,24 @@ def _run_worker(*args: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def _dtensor_layouts(rank: int, world: int) -> dict:
+    """FSDP2 ``fully_shard`` on a CPU mesh; the Model reads the DTensor layouts."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    fully_shard(net, mesh=init_device_mesh("cpu", (world,)))
+    model = Model(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1))
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,), generator=g))]
+    return {"train": model.infer_train_layout(data),
+            "predict": model.infer_predict_layout(torch.randn(4, 8))}
+
+
 @pytest.mark.slow
-def test_layout_of_fsdp2_dtensor_parameters_on_cpu(tmp_path):
-    _run_worker("dtensor", str(tmp_path), str(_free_port()))
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+def test_layout_of_fsdp2_dtensor_parameters_on_cpu():
+    r0, r1 = run_distributed(_dtensor_layouts, world=2)
     for res, rank in ((r0, 0), (r1, 1)):
         for kind in ("train", "predict"):
             lay = res[kind]

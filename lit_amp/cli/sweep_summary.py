@@ -1,15 +1,15 @@
 """Summaries of ``lit-amp -m`` sweeps: a markdown table, JSON, and a PNG plot.
 
-Each job of a sweep writes ``result.json`` in its directory (``lit_amp.cli``). After the sweep,
+Each job of a sweep writes ``result.json`` in its directory (``lit_amp.cli.run``). After the sweep,
 the Hydra callback :class:`SweepSummary` (configured in ``conf/hydra/default.yaml``) gathers them
 into ``summary.md``, ``summary.json`` and — when matplotlib is installed — ``summary.png``
 (accuracy and throughput per option) in the sweep directory, and prints the table. The same can
 be done by hand::
 
-    python -m lit_amp.sweep_summary runs/train/multirun/2026-01-01_12-00-00
+    python -m lit_amp.cli.sweep_summary runs/train/multirun/2026-01-01_12-00-00
 
 Example:
-    >>> rows = [{"overrides": ["amp=O0"], "status": "ok", "value": 0.9, "samples_per_s": 1e4,
+    >>> rows = [{"overrides": ["amp=O0"], "status": "ok", "value": 0.9, "samples_per_sec": 1e4,
     ...          "optimized_metric": "acc", "metrics": {"acc": 0.9}}]
     >>> print(markdown_table(rows).splitlines()[0])
     | run | amp | status | acc | samples/s | wall s |
@@ -109,7 +109,7 @@ def markdown_table(rows: Sequence[dict]) -> str:
             *(ov.get(k, "") for k in keys),
             status,
             _fmt(r.get("value")),
-            _fmt(r.get("samples_per_s"), 1),
+            _fmt(r.get("samples_per_sec"), 1),
             _fmt(r.get("wall_s"), 1),
         ]
         lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
@@ -128,7 +128,7 @@ def _plot(rows: Sequence[dict], path: Path) -> Path | None:
     labels = [_label(r, keys) for r in rows]
     metric = next((r.get("optimized_metric") for r in rows if r.get("optimized_metric")), "value")
     vals = [r.get("value") if isinstance(r.get("value"), (int, float)) else 0.0 for r in rows]
-    thr = [r.get("samples_per_s") or 0.0 for r in rows]
+    thr = [r.get("samples_per_sec") or 0.0 for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(rows) + 4), 4))
     axes[0].bar(range(len(rows)), vals, color="tab:blue")
     axes[0].set_title(f"{metric} (higher is better)")
@@ -197,10 +197,10 @@ class SweepSummary(_HydraCallback):  # type: ignore[misc,valid-type]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lit_amp.sweep_summary SWEEP_DIR``: (re)write and print a sweep's summary."""
+    """``python -m lit_amp.cli.sweep_summary SWEEP_DIR``: (re)write and print a sweep's summary."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m lit_amp.sweep_summary SWEEP_DIR", file=sys.stderr)
+        print("usage: python -m lit_amp.cli.sweep_summary SWEEP_DIR", file=sys.stderr)
         return 2
     table = summarize(args[0])
     if table is None:

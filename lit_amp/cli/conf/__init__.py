@@ -1,0 +1,1 @@
+"""The config tree of ``lit-amp`` (YAML package data; Hydra's ``pkg://lit_amp.cli.conf``)."""
