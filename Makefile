@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(VPY) examples/demo.py
 
 test: $(STAMP)
-	$(VPY) -m pytest -q --durations=15 tests
+	$(VPY) -m pytest -q --durations=15 --doctest-modules lit_amp tests
 
 # every benchmark, one after the other (about 30 min on 2 idle cores); results land in
 # bench/results/ and docs/benchmarks.md

@@ -1,0 +1,201 @@
+"""The layer rule, read from the imports of every module in ``lit_amp/``.
+
+Layers, lowest first (README, "Layout"):
+
+0. torch-only: ``amp``, ``metrics``, ``optim`` and the shared ``_validation``, ``_io``, ``_lazy``
+   import no Lightning;
+1. Lightning adapters: ``callbacks``, ``plugins``, ``boost`` import no facade and no CLI;
+2. facades: ``model``, ``rec``, ``thor`` (the re-export package of MindSpore's ``nn.thor``):
+   ``model`` imports nothing of ``rec``; none imports the CLI;
+3. the application: ``cli``; ``demos`` (example nets and data) is used only by the CLI,
+   examples, benchmarks and tests.
+
+No subpackage imports a private (``_``-prefixed) module or name of another subpackage; the
+top-level ``lit_amp._validation``, ``lit_amp._io`` and ``lit_amp._lazy`` are the package's
+shared infrastructure. Module-level imports form no circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "lit_amp"
+
+LAYER = {
+    "amp": 0, "metrics": 0, "optim": 0, "_validation": 0, "_io": 0, "_lazy": 0,
+    "callbacks": 1, "plugins": 1, "boost": 1,
+    "model": 2, "rec": 2, "thor": 2, "checkpoint_io": 0,
+    "cli": 3, "demos": 3, "nets": 3, "datasets": 3, "builders": 3, "__main__": 3,
+    "__init__": 3,
+}
+SHARED = {"_validation", "_io", "_lazy"}
+TORCH_ONLY = {k for k, v in LAYER.items() if v == 0}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path, *, module_level_only: bool = False) -> list[tuple[str, list[str], int]]:
+    """``(module, names, lineno)`` for every ``lit_amp`` / ``lightning`` import in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([mod] if mod else []))
+            out.append((mod, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def _top(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "lit_amp":
+        return None
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+FILES = sorted(ROOT.rglob("*.py"))
+
+
+def test_every_top_level_name_has_a_layer() -> None:
+    tops = {_top(_module_name(p)) for p in FILES}
+    assert tops <= set(LAYER), f"classify these in LAYER: {sorted(tops - set(LAYER))}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT.parent)))
+def test_layer_rule(path: Path) -> None:
+    me = _top(_module_name(path))
+    problems = []
+    for mod, names, line in _imports(path):
+        if me in TORCH_ONLY and (mod == "lightning" or mod.startswith(("lightning.",
+                                                                       "pytorch_lightning"))):
+            problems.append(f"line {line}: torch-only layer imports {mod}")
+        other = _top(mod)
+        if other is None or other == me or me in ("__init__", "__main__"):
+            continue
+        if other not in SHARED and LAYER[other] > LAYER[me]:
+            problems.append(f"line {line}: layer {LAYER[me]} ({me}) imports {mod} "
+                            f"(layer {LAYER[other]})")
+        if me == "model" and other == "rec":
+            problems.append(f"line {line}: model imports rec ({mod})")
+        if other == "demos" and me not in ("cli", "nets", "datasets", "builders"):
+            problems.append(f"line {line}: {me} imports the demos ({mod})")
+        if other not in SHARED:
+            private = [p for p in mod.split(".")[1:] if p.startswith("_") and p != "__init__"]
+            private += [n for n in names if n.startswith("_")]
+            if private:
+                problems.append(f"line {line}: private name(s) {private} of {mod}")
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_circle() -> None:
+    graph: dict[str, set[str]] = {}
+    names = {_module_name(p) for p in FILES}
+    for p in FILES:
+        me = _module_name(p)
+        deps = set()
+        for mod, imported, _line in _imports(p, module_level_only=True):
+            if not mod.startswith("lit_amp"):
+                continue
+            for name in imported or [""]:
+                target = f"{mod}.{name}" if f"{mod}.{name}" in names else mod
+                while target not in names and "." in target:
+                    target = target.rpartition(".")[0]
+                # a module importing its own package's __init__ (or vice versa) is how
+                # packages re-export; only circles between distinct modules count
+                if target != me and not me.startswith(target + ".") and \
+                        not target.startswith(me + "."):
+                    deps.add(target)
+        graph[me] = deps
+
+    seen: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        seen[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if seen.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in seen:
+                cycle = visit(dep)
+                if cycle:
+                    return cycle
+        seen[node] = 2
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in seen:
+            cycle = visit(node)
+            assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_CODE_LINES = 80
+#: a module may exceed MAX_MODULE_LINES when its docstring says why, in a line starting so
+SIZE_REASON = "Size:"
+
+
+def _code_lines(node: ast.AST, source: list[str]) -> int:
+    """Lines of ``node`` that are code: no docstring, blank or comment-only lines."""
+    body = getattr(node, "body", [])
+    skip: set[int] = set()
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None),
+                                                             ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        skip = set(range(body[0].lineno, body[0].end_lineno + 1))
+    count = 0
+    for n in range(node.lineno, node.end_lineno + 1):
+        text = source[n - 1].strip()
+        if n not in skip and text and not text.startswith("#"):
+            count += 1
+    return count
+
+
+def sizes() -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """``(module lines, path)`` and ``(function code lines, path:name)``, largest first."""
+    modules, functions = [], []
+    for p in FILES:
+        text = p.read_text()
+        source = text.splitlines()
+        rel = str(p.relative_to(ROOT.parent))
+        modules.append((len(source), rel))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.append((_code_lines(node, source), f"{rel}:{node.name}"))
+    return sorted(modules, reverse=True), sorted(functions, reverse=True)
+
+
+def test_module_and_function_sizes() -> None:
+    modules, functions = sizes()
+    too_long = []
+    for n, rel in modules:
+        if n > MAX_MODULE_LINES:
+            doc = ast.get_docstring(ast.parse((ROOT.parent / rel).read_text())) or ""
+            if SIZE_REASON not in doc:
+                too_long.append(f"{rel}: {n} lines and no '{SIZE_REASON}' reason in its docstring")
+    too_long += [f"{name}: {n} lines of code" for n, name in functions
+                 if n > MAX_FUNCTION_CODE_LINES]
+    assert not too_long, "\n".join(too_long)
+
+
+if __name__ == "__main__":  # the size report quoted in README's layout section
+    mods, funcs = sizes()
+    print("largest modules:", *(f"  {n:4d}  {r}" for n, r in mods[:5]), sep="\n")
+    print("largest functions (code lines):", *(f"  {n:4d}  {r}" for n, r in funcs[:5]), sep="\n")
