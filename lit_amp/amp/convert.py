@@ -33,18 +33,9 @@ module calls computes in the low dtype because its inputs and weights are low (P
 promotion), except where a module creates float32 tensors itself (``torch.zeros(...)`` with the
 default dtype) - those ops follow PyTorch's promotion rules. ``float64`` tensors are never cast.
 
-Low-precision copies of the parameters are cached between optimizer steps (``cache_casts``): a
-copy is refreshed when the parameter's version counter, storage or object changes or when it
-has received a gradient since (which covers fused optimizers that do not bump the version
-counter). Writes through ``param.data`` bypass all three: call
-:func:`invalidate_cast_cache` after them, or convert with ``cache_casts=False``.
-
-On CPU, where every fresh tensor the size of a large weight is mapped anew by the allocator
-(page faults cost several times the arithmetic of a cast), the gradients of cached weights
-are written into reused buffers: the float32 gradient handed to the parameter, and for
-``nn.Linear`` (whose ``forward`` a conversion replaces by :class:`_LowLinear`, same arithmetic as
-``F.linear``) the low-precision weight gradient too. A buffer is reused only while nothing else
-holds it, so a ``.grad`` kept across steps is never overwritten.
+Low-precision copies of the parameters are cached between optimizer steps (``cache_casts``);
+how the cache is refreshed, and how gradients reuse buffers on CPU, is described in
+:mod:`lit_amp.amp.casting`.
 
 Example:
     >>> import torch
