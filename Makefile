@@ -7,7 +7,7 @@ STAMP     := $(VENV)/.installed
 # `torch` would pull a multi-GB CUDA build).
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint clean conformance-record
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -35,7 +35,22 @@ bench: $(STAMP)
 	$(VPY) bench/thor.py
 
 lint: $(STAMP)
-	$(VPY) -m ruff check lit_amp tests bench examples
+	$(VPY) -m ruff check lit_amp tests bench examples conformance
 
 clean:
 	rm -rf $(VENV) lightning_logs outputs multirun runs .pytest_cache
+
+# MindSpore itself, in its own venv (never a dependency of `make test`): mindspore 2.10 wheels
+# need CPython <= 3.11 and numpy < 2
+MS_PY_BASE ?= python3.11
+MS_VENV    := .ms-venv
+MS_PY      := $(MS_VENV)/bin/python
+
+$(MS_VENV)/.installed:
+	test -x $(MS_PY) || $(MS_PY_BASE) -m venv $(MS_VENV)
+	$(MS_PY) -m pip install -q mindspore==2.10.0 'numpy<2'
+	touch $@
+
+# re-record conformance/goldens from real MindSpore (PyNative, CPU); commit the result
+conformance-record: $(MS_VENV)/.installed
+	MS_PYTHON=$(MS_PY) $(PY) conformance/record.py
