@@ -40,7 +40,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_amp.amp.cells import TrainOneStepCell, WithLossCell
+from lit_amp._validation import check_number
+from lit_amp.amp.cells import TrainOneStepCell, UpdateCellManager, WithLossCell
 from lit_amp.amp.convert import apply_amp_config
 from lit_amp.amp.levels import UNSET, AmpConfig, resolve_amp_config, validate_amp_level
 
@@ -101,7 +102,9 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
     Args:
         network: the loss network (returns the loss).
         optimizer: a ``torch.optim.Optimizer``.
-        scale_sense: a ``LossScaleManager``, a ``LossScaleController``, or a number / 0-d or
+        scale_sense: a ``LossScaleManager``, a ``LossScaleController``, an update cell
+            (``DynamicLossScaleUpdateCell`` / ``FixedLossScaleUpdateCell``, e.g.
+            ``manager.get_update_cell()``: MindSpore's documented form), or a number / 0-d or
             1-element tensor (a fixed scale that skips overflowing steps).
         return_outputs: return ``(loss, overflow, scale)`` (True) or the loss only.
 
@@ -126,10 +129,18 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
     ) -> None:
         super().__init__(network, optimizer, sens=1.0)
         from lit_amp.amp.loss_scale.controller import LossScaleController
-        from lit_amp.amp.loss_scale.managers import FixedLossScaleManager, LossScaleManager
+        from lit_amp.amp.loss_scale.managers import (
+            DynamicLossScaleUpdateCell,
+            FixedLossScaleManager,
+            FixedLossScaleUpdateCell,
+            LossScaleManager,
+        )
 
         if isinstance(scale_sense, LossScaleController):
             controller = scale_sense
+        elif isinstance(scale_sense, (DynamicLossScaleUpdateCell, FixedLossScaleUpdateCell)):
+            # MindSpore's documented form: scale_sense=manager.get_update_cell()
+            controller = LossScaleController(UpdateCellManager(scale_sense))
         elif isinstance(scale_sense, LossScaleManager):
             controller = LossScaleController(scale_sense)
         elif isinstance(scale_sense, (int, float)) and not isinstance(scale_sense, bool) or (
@@ -162,6 +173,24 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
             loss = loss.float()
         out = self.controller.step(self.optimizer, loss)
         return out if self.return_outputs else out[0]
+
+    def set_sense_scale(self, sens: Any) -> None:
+        """Set the loss scale the next step uses (MindSpore's ``set_sense_scale``).
+
+        Args:
+            sens: a positive finite number or a 1-element tensor.
+
+        Raises:
+            TypeError: ``sens`` is neither.
+            ValueError: ``sens`` is not a finite number > 0.
+        """
+        if torch.is_tensor(sens):
+            if sens.numel() != 1:
+                raise ValueError("For 'set_sense_scale', the argument 'sens' must have one "
+                                 f"element, but got shape {tuple(sens.shape)}.")
+            sens = float(sens.reshape(()))
+        value = check_number("set_sense_scale", "sens", sens, minimum=0.0, strict=True)
+        self.controller.set_scale(value)
 
     def checkpoint_state(self) -> dict:
         """Network, optimizer and loss-scale state (under ``LossScaleController.STATE_KEY``)."""

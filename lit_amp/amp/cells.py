@@ -2,7 +2,9 @@
 
 Pure PyTorch (no Lightning). ``Model``/``LitModel`` build these exactly as MindSpore's
 ``Model._build_*_network`` does (spec §1.2); ``build_train_network`` returns a
-``TrainOneStepCell`` (or its loss-scaled subclass).
+``TrainOneStepCell`` (or its loss-scaled subclass). :class:`UpdateCellManager` lets a loss-scale
+update cell stand where MindSpore's ``TrainOneStepWithLossScaleCell`` takes
+``scale_sense=<update cell>``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["WithLossCell", "WithEvalCell", "TrainOneStepCell"]
+from lit_amp.amp.loss_scale.managers import (
+    DynamicLossScaleUpdateCell,
+    FixedLossScaleUpdateCell,
+    LossScaleManager,
+)
+
+__all__ = ["WithLossCell", "WithEvalCell", "TrainOneStepCell", "UpdateCellManager"]
 
 
 class WithLossCell(nn.Module):
@@ -97,3 +105,57 @@ class TrainOneStepCell(nn.Module):
         self.network.load_state_dict(state["network"])
         if state.get("optimizer") is not None:
             self.optimizer.load_state_dict(state["optimizer"])
+
+
+class UpdateCellManager(LossScaleManager):
+    """A loss-scale update cell used as a manager: MindSpore's ``scale_sense=<update cell>``.
+
+    MindSpore's ``TrainOneStepWithLossScaleCell(network, optimizer, scale_sense=cell)`` takes
+    ``nn.DynamicLossScaleUpdateCell(...)`` or ``manager.get_update_cell()``: the scale starts at
+    ``cell.get_loss_scale()``, an overflowing step is skipped, and the cell updates the scale
+    after every step (the cell's own counters advance). Wrapped in this manager, the cell does
+    the same under :class:`~lit_amp.amp.loss_scale.controller.LossScaleController`.
+
+    Args:
+        update_cell: a :class:`DynamicLossScaleUpdateCell` or :class:`FixedLossScaleUpdateCell`.
+
+    Raises:
+        TypeError: ``update_cell`` is not one of these cells.
+
+    Example:
+        >>> from lit_amp.amp.loss_scale.controller import LossScaleController
+        >>> cell = DynamicLossScaleUpdateCell(1024.0, 2, 1)
+        >>> ctl = LossScaleController(UpdateCellManager(cell))
+        >>> ctl.scale
+        1024.0
+        >>> ctl.update(False)
+        >>> ctl.scale
+        2048.0
+    """
+
+    def __init__(self, update_cell: nn.Module) -> None:
+        if not isinstance(update_cell, (DynamicLossScaleUpdateCell, FixedLossScaleUpdateCell)):
+            raise TypeError(
+                "For 'UpdateCellManager', the argument 'update_cell' must be a "
+                "DynamicLossScaleUpdateCell or a FixedLossScaleUpdateCell, but got "
+                f"{type(update_cell).__name__}."
+            )
+        self.update_cell = update_cell
+
+    def get_loss_scale(self) -> float:
+        """The cell's initial scale (``update_cell.get_loss_scale()``)."""
+        return float(self.update_cell.get_loss_scale())
+
+    def update_loss_scale(self, overflow: bool) -> None:
+        """No-op: the update cell updates the scale (the controller calls it each step)."""
+
+    def get_update_cell(self) -> nn.Module:
+        """The wrapped cell itself (its counters advance as MindSpore's do)."""
+        return self.update_cell
+
+    def get_drop_overflow_update(self) -> bool:
+        """True: with an update cell MindSpore skips every overflowing step."""
+        return True
+
+    def __repr__(self) -> str:
+        return f"UpdateCellManager({self.update_cell!r})"

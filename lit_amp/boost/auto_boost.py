@@ -62,7 +62,19 @@ def build_algorithms(config: BoostConfig) -> list[BoostAlgorithm]:
     """The algorithm callbacks of a resolved config, in MindSpore's order."""
     flags = config.flags
     if flags["dim_reduce"]:
-        return [DimReduce(**config.section("dim_reduce"))]
+        section = config.section("dim_reduce")
+        if config.mode == "enable_all" and not (
+            section.get("pca_mat_path") or section.get("weight_load_dir")
+        ):
+            # MindSpore 2.10 accepts this at AutoBoost() and fails at the network build with
+            # "The weight_load_dir: None is None / not exists"; lit_amp fails here, saying why
+            raise ValueError(
+                "boost_config_dict {'boost': {'mode': 'enable_all'}} turns on dim_reduce, which "
+                "needs a PCA source: set boost_config_dict['dim_reduce']['pca_mat_path'] (a .npy "
+                "matrix) or ['weight_load_dir'] (a directory of .ckpt files), or use mode "
+                "'manual' with the features you want."
+            )
+        return [DimReduce(**section)]
     algos: list[BoostAlgorithm] = []
     if flags["less_bn"]:
         algos.append(LessBN(**config.section("less_bn")))

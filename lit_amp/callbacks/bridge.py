@@ -126,6 +126,9 @@ class MindSporeCallbackBridge(L.Callback):
         self.eval_during_fit = eval_during_fit
         self._saved: dict[str, Any] = {}
         self._in_fit_eval = False
+        #: MindSpore's evaluation during fit has its own RunContext: a stop requested there
+        #: ends that evaluation only, training goes on
+        self.eval_run_context = RunContext(cb_params)
 
     @property
     def state_key(self) -> str:
@@ -134,7 +137,9 @@ class MindSporeCallbackBridge(L.Callback):
     # ---------------------------------------------------------------- the MindSpore side
     def call(self, hook: str, cbs: CallbackList | None = None) -> None:
         """Call MindSpore hook ``hook`` on ``cbs`` (default: all the run's callbacks)."""
-        (cbs or self.callbacks).call(hook, self.run_context)
+        # an empty list (no eval callback during fit) is falsy but still the list to call
+        run_context = self.eval_run_context if self._in_fit_eval else self.run_context
+        (self.callbacks if cbs is None else cbs).call(hook, run_context)
 
     def begin_train(self) -> None:
         """Enter the callbacks (``__enter__``) and call ``on_train_begin``."""
@@ -186,6 +191,7 @@ class MindSporeCallbackBridge(L.Callback):
             batch_num: the evaluation's batches (``cb_params.batch_num``), None if unknown.
         """
         self._in_fit_eval = True
+        self.eval_run_context = RunContext(self.cb)
         self._saved = {k: self.cb.get(k) for k in _TRAIN_KEYS}
         self.cb.dataset_sink_mode = False
         self._begin_eval(batch_num)
@@ -206,15 +212,26 @@ class MindSporeCallbackBridge(L.Callback):
         self.call("on_eval_step_end", self._eval_cbs())
 
     def end_eval(self, results: Mapping[str, Any]) -> None:
-        """Set ``metrics`` from ``results`` and call ``on_eval_epoch_end`` and ``on_eval_end``.
+        """Call ``on_eval_epoch_end``, set ``metrics`` (in fit also ``eval_results``), then
+        call ``on_eval_end`` -- MindSpore's order: the metrics are computed after the epoch end.
 
         Args:
             results: the evaluated module's ``last_eval_results`` (``"metrics"``,
                 ``"eval_loss"``).
         """
-        self.cb.metrics = dict(results.get("metrics", {}))
         self.call("on_eval_epoch_end", self._eval_cbs())
+        self.cb.metrics = dict(results.get("metrics", {}))
+        if self._in_fit_eval:
+            self._set_eval_results(results)
         self.call("on_eval_end", self._eval_cbs())
+
+    def _set_eval_results(self, results: Mapping[str, Any]) -> None:
+        metrics = dict(results.get("metrics", {}))
+        eval_results = copy.deepcopy(metrics)
+        if results.get("eval_loss") is not None:
+            eval_results["eval_loss"] = results["eval_loss"]
+        self.cb.metrics = metrics
+        self.cb.eval_results = eval_results
 
     def end_fit_eval(self, results: Mapping[str, Any] | None) -> None:
         """Put the train keys back; with ``results``, expose ``metrics`` / ``eval_results``.
@@ -225,14 +242,8 @@ class MindSporeCallbackBridge(L.Callback):
             self.cb[k] = v
         self.cb.mode = "train"
         self._in_fit_eval = False
-        if results is None:
-            return
-        metrics = dict(results.get("metrics", {}))
-        eval_results = copy.deepcopy(metrics)
-        if results.get("eval_loss") is not None:
-            eval_results["eval_loss"] = results["eval_loss"]
-        self.cb.metrics = metrics
-        self.cb.eval_results = eval_results
+        if results is not None:
+            self._set_eval_results(results)
 
     def leave_on_exception(self) -> None:
         """Save ``ModelCheckpoint(exception_save=True)`` breakpoints; leave the callbacks."""
@@ -268,9 +279,10 @@ class MindSporeCallbackBridge(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._common(trainer)
         self.cb.cur_step_num = 0
-        self.cb.cur_epoch_num = self.initial_epoch
+        # MindSpore leaves cur_epoch_num unset until the first epoch begins, and a stop requested
+        # in on_train_begin is seen only after the first step (one step runs)
+        self.cb.pop("cur_epoch_num", None)
         self.begin_train()
-        self._sync_stop(trainer)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         epoch = self.initial_epoch + trainer.current_epoch + 1
@@ -338,6 +350,11 @@ class MindSporeCallbackBridge(L.Callback):
         dataloader_idx: int = 0,
     ) -> None:
         self.eval_step_end(outputs)
+        ctx = self.eval_run_context if self._in_fit_eval else self.run_context
+        if ctx.get_stop_requested():
+            # MindSpore's _eval_process breaks out of its batch loop; Lightning's evaluation
+            # loop ends on a StopIteration raised from the step (its dataloader_iter protocol)
+            raise StopIteration
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # the LightningModule's own on_validation_epoch_end (which computes the metrics) runs

@@ -164,8 +164,9 @@ class ModelCheckpoint(Callback):
         config: a :class:`CheckpointConfig`; None uses the default (save every step, keep 5).
 
     Raises:
-        ValueError: ``prefix`` is not a str or contains '/'; ``directory`` is not a str path.
-        TypeError: ``config`` is not a :class:`CheckpointConfig`.
+        ValueError: ``prefix`` is not a str or contains '/'.
+        TypeError: ``directory`` is not a str path (MindSpore 2.10's type); ``config`` is not
+            a :class:`CheckpointConfig`.
 
     Example:
         >>> import tempfile
@@ -190,7 +191,7 @@ class ModelCheckpoint(Callback):
         if directory is None:
             directory = os.getcwd()
         if not isinstance(directory, (str, os.PathLike)):
-            raise ValueError(
+            raise TypeError(  # MindSpore 2.10's type
                 "For 'ModelCheckpoint', the argument 'directory' must be a str path or None, but "
                 f"got {directory!r} of type {type(directory).__name__}."
             )

@@ -12,7 +12,14 @@ from typing import Any
 
 import torch
 
-from lit_amp._validation import check_bool, check_choice, check_int, check_str, check_type
+from lit_amp._validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_str,
+    check_type,
+    value_error,
+)
 
 __all__ = ["CheckpointConfig"]
 
@@ -110,13 +117,14 @@ class CheckpointConfig:
         format: MindSpore's extra keyword option; only ``"ckpt"``.
 
     Raises:
-        TypeError: a count is not an int; a flag is not a bool; ``saved_network`` is not a
-            module; ``append_info`` is not a list of str and dicts, holds two dicts, or its
-            dict has a non-str key or an unsupported value; ``enc_key`` is not bytes or None;
+        TypeError: a count is not an int; a flag (but ``remove_redundancy``) is not a bool;
+            ``saved_network`` is not a module; ``append_info`` is not a list of str and dicts,
+            holds two dicts, or its dict has a non-str key or an unsupported value;
             ``enc_mode`` is not a str; an unknown keyword argument.
         ValueError: a count is negative; all four counts are 0 or None; an ``append_info``
-            string is not "epoch_num" or "step_num"; ``enc_key`` is given; ``enc_mode`` or
-            ``format`` is not an allowed value.
+            string is not "epoch_num" or "step_num"; ``enc_key`` is given (any type, as
+            MindSpore 2.10); ``remove_redundancy`` is not a bool (MindSpore 2.10's type);
+            ``enc_mode`` or ``format`` is not an allowed value.
 
     Example:
         >>> config = CheckpointConfig(save_checkpoint_steps=100, keep_checkpoint_max=3,
@@ -161,14 +169,17 @@ class CheckpointConfig:
                 f"'keep_checkpoint_per_n_minutes' ({keep_minutes}) can't all be None or 0."
             )
         for name in _FLAG_FIELDS:
+            if name == "remove_redundancy" and not isinstance(self.remove_redundancy, bool):
+                # MindSpore 2.10 raises ValueError (not TypeError) for this one flag
+                raise value_error(owner, name, "a bool", self.remove_redundancy)
             check_bool(owner, name, getattr(self, name))
         self._set("append_dict", _append_dict(self.append_info))
-        check_type(owner, "enc_key", self.enc_key, bytes, "bytes", allow_none=True)
-        if self.enc_key is not None:
+        if self.enc_key is not None:  # MindSpore 2.10: ValueError also for a non-bytes key
             raise ValueError(
-                f"For '{owner}', the argument 'enc_key' must be None: lit_amp writes plain "
-                "torch.save checkpoints and does not encrypt them; encrypt the files with your "
-                "own tooling instead of relying on an unencrypted save."
+                f"For '{owner}', the argument 'enc_key' must be None, but got a "
+                f"{type(self.enc_key).__name__}: lit_amp writes plain torch.save checkpoints and "
+                "does not encrypt them; encrypt the files with your own tooling instead of "
+                "relying on an unencrypted save."
             )
         check_choice(owner, "enc_mode", check_str(owner, "enc_mode", self.enc_mode), _ENC_MODES)
         check_choice(owner, "format", check_str(owner, "format", self.format), _FORMATS)

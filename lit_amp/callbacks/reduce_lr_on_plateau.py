@@ -7,7 +7,14 @@ from typing import Any
 
 import torch
 
-from lit_amp._validation import check_bool, check_choice, check_int, check_number, check_str
+from lit_amp._validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    check_str,
+    type_error,
+)
 from lit_amp.callbacks._utils import (
     MONITOR_MODES,
     ImprovementMixin,
@@ -66,7 +73,7 @@ class ReduceLROnPlateau(ImprovementMixin, Callback):
         min_lr: the lower bound of the learning rate (non-negative).
 
     Raises:
-        TypeError: an argument has the wrong type.
+        TypeError: an argument has the wrong type (``factor`` an int: MindSpore wants a float).
         ValueError: ``factor`` not in (0, 1); a negative ``patience``, ``cooldown`` or
             ``min_lr``; ``mode`` not 'auto', 'min' or 'max'; at an epoch end, no optimizer
             in ``cb_params`` or a non-scalar monitored value.
@@ -97,6 +104,9 @@ class ReduceLROnPlateau(ImprovementMixin, Callback):
         super().__init__()
         owner = "ReduceLROnPlateau"
         self.monitor = check_str(owner, "monitor", monitor)
+        if isinstance(factor, int) and not isinstance(factor, bool):
+            # MindSpore 2.10 takes a float only (an int is outside (0, 1) anyway)
+            raise type_error(owner, "factor", "a float in the open interval (0, 1)", factor)
         factor = check_number(owner, "factor", factor)
         if not 0.0 < factor < 1.0:
             raise ValueError(

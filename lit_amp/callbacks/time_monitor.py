@@ -20,7 +20,7 @@ class TimeMonitor(Callback):
     It uses the legacy hooks, so it runs in both ``train`` and ``eval``; it is the one built-in
     callback that ``fit`` also calls during its per-epoch evaluation.
 
-    With ``data_time=True`` it adds ``", per step data time: {Z:.3f} ms"``: the host time spent
+    With ``data_time=True`` it adds MindSpore's ``" (data time: {Z:.3f} ms)"``: the host time spent
     between a step end and the next step begin (fetching the next batch), summed over the epoch
     and divided by the step count. In dataset sink mode data fetching overlaps computation and a
     step end comes once per sink, so no data time is printed there.
@@ -108,6 +108,6 @@ class TimeMonitor(Callback):
         line = f"{mode.title()} epoch time: {epoch_ms:.3f} ms, per step time: {step_ms:.3f} ms"
         if self.data_time and not sink:
             data_ms = self._data_sum.get(mode, 0.0) * 1000.0 / steps
-            line += f", per step data time: {data_ms:.3f} ms"
+            line += f" (data time: {data_ms:.3f} ms)"
         if is_rank_zero(cb):
             print(line, flush=True)

@@ -52,13 +52,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torchmetrics import Metric
 
 from lit_amp._validation import check_str, value_error
 from lit_amp.metrics.aggregation import Dice, Loss, Perplexity
-from lit_amp.metrics.base import MindSporeMetric
+from lit_amp.metrics.base import MindSporeMetric, metric_value_to_python
 from lit_amp.metrics.classification import (
     AUC,
     Accuracy,
@@ -298,42 +297,3 @@ def update_metrics(
             metric.update(outputs[eval_indexes[0]])
         else:
             metric.update(outputs[eval_indexes[1]], outputs[eval_indexes[2]])
-
-
-def metric_value_to_python(value: Any) -> Any:
-    """A metric value as MindSpore reports it: a 0-d tensor -> float, a tensor -> numpy array.
-
-    Tuples, lists and dicts (as some torchmetrics metrics return) are converted item by item;
-    numpy scalars become floats; anything else is returned unchanged.
-
-    Args:
-        value: what ``metric.compute()`` returned.
-
-    Returns:
-        A float, a numpy array, or a container of them.
-
-    Example:
-        >>> import torch
-        >>> metric_value_to_python(torch.tensor(0.5))
-        0.5
-        >>> metric_value_to_python(torch.tensor([0.5, 1.0]))
-        array([0.5, 1. ], dtype=float32)
-    """
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        if value.ndim == 0:
-            return float(value.item())
-        if value.dtype == torch.bfloat16:
-            value = value.float()
-        return value.cpu().numpy()
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        return float(value)
-    if isinstance(value, np.generic):
-        return float(value) if np.issubdtype(value.dtype, np.number) else value.item()
-    if isinstance(value, Mapping):
-        return {k: metric_value_to_python(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [metric_value_to_python(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(metric_value_to_python(v) for v in value)
-    return value

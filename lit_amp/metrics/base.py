@@ -17,6 +17,7 @@ error) are shared by the metric families of this package.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -26,7 +27,7 @@ from torchmetrics.utilities import dim_zero_cat
 
 from lit_amp._validation import type_error, value_error
 
-__all__ = ["MindSporeMetric"]
+__all__ = ["MindSporeMetric", "metric_value_to_python"]
 
 _EVAL_TYPES = ("classification", "multilabel")
 _M = TypeVar("_M", bound="MindSporeMetric")
@@ -151,6 +152,45 @@ def _class_labels(owner: str, y: torch.Tensor, class_num: int) -> torch.Tensor:
     return y
 
 
+def metric_value_to_python(value: Any) -> Any:
+    """A metric value as MindSpore reports it: a 0-d tensor -> float, a tensor -> numpy array.
+
+    Tuples, lists and dicts (as some torchmetrics metrics return) are converted item by item;
+    numpy scalars become floats; anything else is returned unchanged.
+
+    Args:
+        value: what ``metric.compute()`` returned.
+
+    Returns:
+        A float, a numpy array, or a container of them.
+
+    Example:
+        >>> import torch
+        >>> metric_value_to_python(torch.tensor(0.5))
+        0.5
+        >>> metric_value_to_python(torch.tensor([0.5, 1.0]))
+        array([0.5, 1. ], dtype=float32)
+    """
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.ndim == 0:
+            return float(value.item())
+        if value.dtype == torch.bfloat16:
+            value = value.float()
+        return value.cpu().numpy()
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return float(value)
+    if isinstance(value, np.generic):
+        return float(value) if np.issubdtype(value.dtype, np.number) else value.item()
+    if isinstance(value, Mapping):
+        return {k: metric_value_to_python(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [metric_value_to_python(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(metric_value_to_python(v) for v in value)
+    return value
+
+
 # --------------------------------------------------------------------------------------
 # the base class
 # --------------------------------------------------------------------------------------
@@ -214,6 +254,48 @@ class MindSporeMetric(Metric):
             raise value_error("set_indexes", "indexes", "a list of int", indexes)
         self._indexes = list(indexes)
         return self
+
+    def clear(self) -> None:
+        """MindSpore's ``Metric.clear``: forget every sample seen (torchmetrics' ``reset``).
+
+        Example:
+            >>> import torch
+            >>> from lit_amp.metrics import MAE
+            >>> m = MAE()
+            >>> m.update(torch.tensor([1.0]), torch.tensor([3.0]))
+            >>> m.clear()
+            >>> m.update(torch.tensor([1.0]), torch.tensor([2.0]))
+            >>> m.eval()
+            np.float64(1.0)
+        """
+        self.reset()
+
+    def eval(self) -> Any:
+        """MindSpore's ``Metric.eval``: the metric value over the samples seen since ``clear``.
+
+        MindSpore 2.10 returns a ``numpy.float64`` for a scalar metric (a ``float`` subclass)
+        and a numpy array for a per-class one; so does this method. It replaces torch's
+        ``nn.Module.eval`` on metrics, which is safe: a parent's ``eval()`` / ``train(False)``
+        reaches its children through ``train(mode)``, never through ``child.eval()``; switch a
+        metric itself with ``metric.train(False)``.
+
+        Returns:
+            ``numpy.float64``, a numpy array, or a container of them.
+
+        Raises:
+            RuntimeError: no sample was seen since the last ``clear`` (MindSpore's type).
+
+        Example:
+            >>> import torch
+            >>> from lit_amp.metrics import Accuracy
+            >>> m = Accuracy()
+            >>> m.clear()
+            >>> m.update(torch.tensor([[0.2, 0.8], [0.9, 0.1]]), torch.tensor([1, 1]))
+            >>> m.eval()
+            np.float64(0.5)
+        """
+        value = metric_value_to_python(self.compute())
+        return np.float64(value) if isinstance(value, float) else value
 
     def _inputs(self, inputs: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
         """The inputs :meth:`update` got, picked by ``indexes`` and converted to tensors."""

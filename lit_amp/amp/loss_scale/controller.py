@@ -497,6 +497,19 @@ class LossScaleController:
             "last_skipped": self.last_skipped,
         }
 
+    def set_scale(self, value: float) -> None:
+        """Set the current loss scale (MindSpore's ``set_sense_scale``); the update rule goes on
+        from it.
+
+        Example:
+            >>> from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
+            >>> ctl = LossScaleController(DynamicLossScaleManager(2**10))
+            >>> ctl.set_scale(4.0); ctl.scale
+            4.0
+        """
+        self._scale_t.fill_(float(value))
+        self._scale = float(self._scale_t)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`, so a resumed run continues the exact scale trajectory.
 
