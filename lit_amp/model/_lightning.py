@@ -23,6 +23,8 @@ __all__ = [
     "RESERVED_TRAINER_KEYS",
     "TRAINER_DEFAULTS",
     "make_trainer",
+    "RankStepCount",
+    "check_in_process",
     "all_on_cpu",
     "check_training_strategy",
     "fast_path_ok",
@@ -70,6 +72,8 @@ def quiet_lightning() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
         warnings.filterwarnings("ignore", message=".*Total length of .* across ranks is zero.*")
         warnings.filterwarnings("ignore", message=".*but have no `val_dataloader`.*")
+        # LitModel reduces its eval results over the ranks itself (metric sync, eval_loss)
+        warnings.filterwarnings("ignore", message=".*`sync_dist=True` when logging on epoch.*")
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)`.*")
         try:
             yield
@@ -134,7 +138,7 @@ def check_training_strategy(strategy: Any, network: nn.Module) -> None:
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
     way_out = (
-        "Train with 'ddp' / 'ddp_spawn' (data parallel), or use your own LightningModule with "
+        "Train with 'ddp' (data parallel), or use your own LightningModule with "
         "plugins=[AmpFSDPPrecision(level)] under FSDPStrategy; infer_train_layout and "
         "infer_predict_layout work under both sharded strategies."
     )
@@ -242,3 +246,67 @@ def make_trainer(trainer_kwargs: dict[str, Any], callbacks: list[L.Callback], *,
         kw["max_epochs"] = max_epochs
     with quiet_lightning():
         return L.Trainer(callbacks=[*callbacks, *user_cbs], **kw)
+
+
+class RankStepCount(L.Callback):
+    """Sets ``cb_params.batch_num`` to this rank's steps per epoch when training starts.
+
+    Under data parallelism Lightning gives each rank its part of the dataset, so an epoch is
+    ``len(dataset) / world_size`` steps per rank; MindSpore's callbacks (LossMonitor's step,
+    ModelCheckpoint's names, ``cur_step_num`` arithmetic) count this rank's steps. Put it
+    before the MindSpore bridge. Sink mode keeps its ``sink_size`` (every rank runs it).
+
+    Args:
+        cb_params: the run's callback parameters.
+        sink: whether the run is in sink mode (then nothing changes).
+
+    Example:
+        >>> from lit_amp.callbacks.base import InternalCallbackParam
+        >>> RankStepCount(InternalCallbackParam(batch_num=16), sink=False).cb_params.batch_num
+        16
+    """
+
+    def __init__(self, cb_params: Any, *, sink: bool) -> None:
+        self.cb_params = cb_params
+        self.sink = sink
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        n = trainer.num_training_batches
+        if not self.sink and isinstance(n, int) and n > 0:
+            self.cb_params.batch_num = n
+
+
+def check_in_process(trainer: L.Trainer, api: str, requested: Any = None) -> None:
+    """Refuse a strategy that trains in processes it starts (``ddp_spawn``, ``ddp_fork``...).
+
+    Their worker processes train copies of the Model; Lightning sends back only the weights
+    and the logged scalars, so this process would keep an empty optimizer state, epoch
+    counter 0, the old loss scale and boost state and stale callbacks, and a following
+    ``train(..., initial_epoch=k)`` would silently restart them (per-class metrics of
+    ``eval`` would be dropped the same way).
+
+    Args:
+        trainer: the Trainer of the call.
+        api: the calling API (for the message).
+        requested: the ``strategy`` the user asked for (named in the message).
+
+    Raises:
+        ValueError: the strategy's launcher starts the worker processes itself.
+
+    Example:
+        >>> check_in_process(make_trainer({"accelerator": "cpu"}, []), "Model.train")
+    """
+    from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    launcher = getattr(trainer.strategy, "launcher", None)
+    if isinstance(launcher, _MultiProcessingLauncher):
+        name = requested if isinstance(requested, str) else type(trainer.strategy).__name__
+        raise ValueError(
+            f"For '{api}', the argument 'trainer' must not use a strategy that starts its own "
+            f"worker processes (got strategy={name!r}, start method "
+            f"{getattr(launcher, '_start_method', '?')!r}): only the weights would come back "
+            "to this process, not the optimizer, loss-scale and boost state, the epoch and "
+            "step counters or the callbacks' state, so a later call would silently restart "
+            "them. Use strategy='ddp' (Lightning re-runs the script for each process; under "
+            "torchrun / srun it joins the processes they start)."
+        )

@@ -22,6 +22,12 @@ __all__ = [
     "check_dataset",
     "as_batch_tuple",
     "SinkStream",
+    "Sink",
+    "RankShard",
+    "NO_BATCH",
+    "placement_of",
+    "rank_data",
+    "shard_loader",
     "pin_batch",
     "ReIterable",
     "for_lightning",
@@ -123,19 +129,249 @@ def for_lightning(dataset: Any) -> Any:
     return ReIterable(dataset)
 
 
+def placement_of(module: Any) -> tuple[int, int]:
+    """``(rank, world_size)`` of the data-parallel group ``module``'s Trainer splits data over.
+
+    Read from the strategy's ``distributed_sampler_kwargs`` (what Lightning's own
+    ``DistributedSampler`` uses), so tensor-parallel peers get the same data; ``(0, 1)`` when
+    ``module`` is not attached to a distributed Trainer.
+
+    Example:
+        >>> placement_of(None)
+        (0, 1)
+    """
+    trainer = getattr(module, "_trainer", None)
+    kw = getattr(trainer, "distributed_sampler_kwargs", None) if trainer is not None else None
+    if not kw:
+        return 0, 1
+    return int(kw.get("rank", 0)), int(kw.get("num_replicas", 1))
+
+
+class _EveryNthBatch:
+    """The batches ``rank, rank + world, ...`` of a batch sampler (unrepeated, unpadded)."""
+
+    def __init__(self, batch_sampler: Iterable, rank: int, world: int) -> None:
+        self.batch_sampler, self.rank, self.world = batch_sampler, rank, world
+
+    def __iter__(self) -> Iterator:
+        for i, batch in enumerate(self.batch_sampler):
+            if i % self.world == self.rank:
+                yield batch
+
+    def __len__(self) -> int:
+        return len(range(self.rank, len(self.batch_sampler), self.world))  # type: ignore[arg-type]
+
+
+_LOADER_ARGS = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
+                "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
+                "pin_memory_device", "in_order")
+
+
+def shard_loader(loader: Any, rank: int, world_size: int, *, train: bool) -> Any:
+    """``loader`` rebuilt for this rank, or None when it cannot be (an iterable dataset...).
+
+    ``train=True``: the split Lightning's ``DistributedSampler`` gives (padded, so every rank
+    has the same number of batches; shuffled when the loader shuffles). ``train=False``: the
+    loader's own batches ``rank, rank + world_size, ...``: every batch on exactly one rank,
+    batched as in one process, so batch-averaged values (the loss) come out the same.
+    """
+    from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
+    from lightning.pytorch.trainer.states import RunningStage
+    from lightning.pytorch.utilities.data import _is_dataloader_shuffled, _update_dataloader
+    from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+
+    if isinstance(loader.dataset, IterableDataset) or isinstance(
+        loader.sampler, DistributedSampler
+    ):
+        return None
+    if not train:
+        if type(loader) is not DataLoader or loader.batch_sampler is None:
+            return None  # a subclass may take other arguments: RankShard skips batches
+        kw = {k: getattr(loader, k) for k in _LOADER_ARGS if hasattr(loader, k)}
+        if not kw.get("num_workers"):
+            kw.pop("prefetch_factor", None)
+            kw.pop("persistent_workers", None)
+        return DataLoader(loader.dataset, batch_sampler=_EveryNthBatch(loader.batch_sampler,
+                                                                       rank, world_size), **kw)
+    stage = RunningStage.TRAINING
+    sampler = _get_distributed_sampler(loader, _is_dataloader_shuffled(loader), overfit_batches=0,
+                                       mode=stage, num_replicas=world_size, rank=rank)
+    return _update_dataloader(loader, sampler, mode=stage)
+
+
+class NoBatch:
+    """What a rank evaluates when the evaluation set has fewer batches than ranks.
+
+    Lightning refuses a rank with no batch while others have some; this rank then runs one
+    step on ``NO_BATCH``, which ``LitModel`` skips (no metric update), so every sample is
+    still counted once.
+    """
+
+    def __repr__(self) -> str:
+        return "NO_BATCH"
+
+
+#: the one :class:`NoBatch`
+NO_BATCH = NoBatch()
+
+
+class RankShard:
+    """This rank's part of a dataset under data parallelism, decided when iterated.
+
+    ``placement()`` gives ``(rank, world_size)`` (see :func:`placement_of`). A DataLoader is
+    rebuilt with this rank's sampler (:func:`shard_loader`); any other iterable gives this
+    rank every ``world_size``-th batch. ``train=True``: every rank gets the same number of
+    batches (a short rank's part wraps around, as ``DistributedSampler`` pads), so no rank
+    waits at a collective the others never reach. ``train=False``: every batch goes to exactly
+    one rank (exact evaluation; the counts may differ by one).
+
+    Example:
+        >>> list(RankShard([1, 2, 3], lambda: (1, 2), train=False))
+        [2]
+        >>> list(RankShard([1, 2, 3], lambda: (1, 2), train=True))
+        [2, 1]
+    """
+
+    def __init__(self, dataset: Iterable, placement: Any, *, train: bool) -> None:
+        self.dataset = dataset
+        self.placement = placement
+        self.train = train
+        self._loader: Any = None
+        self._key: tuple[int, int] | None = None
+        self._passes = 0
+
+    def _source(self) -> tuple[Any, int, int]:
+        rank, world = self.placement()
+        if world > 1 and isinstance(self.dataset, torch.utils.data.DataLoader):
+            if self._key != (rank, world):
+                self._key = (rank, world)
+                self._loader = shard_loader(self.dataset, rank, world, train=self.train)
+            if self._loader is not None:
+                return self._loader, 0, 1
+        return self.dataset, rank, world
+
+    def __len__(self) -> int:
+        src, rank, world = self._source()
+        n = len(src)
+        if world == 1:
+            # an evaluation part with no batch stands in one NO_BATCH step (see NoBatch)
+            return n if self.train or n or self.placement()[1] == 1 else 1
+        return -(-n // world) if self.train else max(1, len(range(rank, n, world)))
+
+    def __iter__(self) -> Iterator:
+        src, rank, world = self._source()
+        sampler = getattr(src, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self._passes)  # a fresh shuffle per pass, the same on all ranks
+        self._passes += 1
+        n = dataset_size(src) or 0
+        if world == 1:
+            yield from src
+            if not (self.train or n or self.placement()[1] == 1):
+                yield NO_BATCH
+            return
+        head: list = []  # round 0, which pads a short last round (as DistributedSampler pads)
+        for i, batch in enumerate(src):
+            if self.train and i < world:
+                head.append(batch)
+            if i % world == rank:
+                yield batch
+        if self.train:
+            for p in range(n, -(-n // world) * world):
+                if p % world == rank:
+                    yield head[p - n]
+        elif rank >= n:
+            yield NO_BATCH  # fewer batches than ranks: this one has none (see NoBatch)
+
+
+class Sink:
+    """One sink: ``size`` batches of a :class:`SinkStream`, fetched lazily one at a time.
+
+    Iterating it draws the batches from the stream as the steps need them, so at most two
+    batches are held (the current one and, on CUDA, the next, already on its way to the
+    device). ``sink[-1]`` is the latest batch drawn (the first one before any step ran),
+    what callbacks see as ``train_dataset_element``.
+
+    Example:
+        >>> s = SinkStream([(i, i) for i in range(5)], sink_size=2)
+        >>> sink = next(iter(s))
+        >>> len(sink), [b[0] for b in sink], sink[-1]
+        (2, [0, 1], (1, 1))
+    """
+
+    def __init__(self, stream: SinkStream, size: int) -> None:
+        self._stream = stream
+        self._size = size
+        self._drawn = 0
+        self._pending: Any = None
+        self._has_pending = False
+        self._last: Any = None
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _draw(self) -> Any:
+        if self._has_pending:
+            self._has_pending = False
+            batch, self._pending = self._pending, None
+        else:
+            batch = self._stream.next_batch()
+        self._drawn += 1
+        self._last = batch
+        return batch
+
+    def __getitem__(self, index: int) -> Any:
+        if index != -1:
+            raise IndexError(f"Sink: only sink[-1] (the latest batch) is kept, got {index}.")
+        if self._drawn == 0 and not self._has_pending:
+            self._pending, self._has_pending = self._stream.next_batch(), True
+        return self._pending if self._drawn == 0 else self._last
+
+    def __iter__(self) -> Iterator:
+        while self._drawn < self._size:
+            yield self._draw()
+
+    def batches(self, device: torch.device | str | None = None) -> Iterator:
+        """The sink's batches, each moved to ``device``; on CUDA the next one is copied ahead.
+
+        Args:
+            device: the device of the step (None or CPU: the batches as drawn).
+        """
+        dev = torch.device(device) if device is not None else None
+        if dev is None or dev.type == "cpu":
+            yield from self
+            return
+        from lightning.fabric.utilities.apply_func import move_data_to_device
+
+        it = iter(self)
+        nxt = next(it, None)
+        nxt = move_data_to_device(nxt, dev)  # non-blocking from pinned memory
+        for _ in range(self._size):
+            cur = nxt
+            if self._drawn < self._size:
+                nxt = move_data_to_device(next(it), dev)
+            yield cur
+
+
 class SinkStream:
-    """An iterable of sinks: each ``iter()`` yields ONE list of ``sink_size`` consecutive batches.
+    """An iterable of sinks: each ``iter()`` yields ONE :class:`Sink` of ``sink_size`` batches.
 
     The underlying dataset is iterated as one endless stream (re-iterated when a pass ends),
     and the position carries over between epochs. ``len()`` is 1, so Lightning runs exactly
-    one step (the whole sink) per epoch.
+    one step (the whole sink) per epoch. The batches are drawn lazily, one per step.
+
+    Under data parallelism each rank streams its own disjoint part: a DataLoader is rebuilt
+    with the ``DistributedSampler`` split Lightning would give it (reshuffled per pass when
+    it shuffles); any other iterable gives rank r every ``world_size``-th batch. Every rank
+    runs ``sink_size`` steps per epoch, so none waits for another at the end.
 
     Args:
         dataset: the dataset (re-iterable; may be unbounded).
         sink_size: batches per sink (> 0).
-        rank, world_size: data-parallel sharding of the stream (batch i goes to rank
-            ``i % world_size``) when the dataset is not already sharded.
+        rank, world_size: a fixed data-parallel placement (when ``placement`` is None).
         pin_memory: pin batches for asynchronous host-to-device copies (CUDA).
+        placement: a callable returning ``(rank, world_size)`` when the stream starts (see
+            :func:`placement_of`); it takes precedence over ``rank``/``world_size``.
 
     Example:
         >>> s = SinkStream([(i, i) for i in range(5)], sink_size=2)
@@ -151,6 +387,7 @@ class SinkStream:
         rank: int = 0,
         world_size: int = 1,
         pin_memory: bool = False,
+        placement: Any = None,
     ) -> None:
         if sink_size <= 0:
             raise ValueError(f"SinkStream: 'sink_size' must be > 0, but got {sink_size}.")
@@ -159,16 +396,34 @@ class SinkStream:
         self.rank = rank
         self.world_size = world_size
         self.pin_memory = pin_memory
+        self.placement = placement if placement is not None else (lambda: (rank, world_size))
+        self._source: Any = None
         self._it: Iterator | None = None
+        self._passes = 0
         self.batches_consumed = 0  # stream position, in batches of this rank
 
     def __len__(self) -> int:
         return 1
 
+    def _resolve(self) -> None:
+        rank, world = self.placement()
+        self.rank, self.world_size = rank, world
+        self._source = self.dataset
+        if world > 1 and isinstance(self.dataset, torch.utils.data.DataLoader):
+            loader = shard_loader(self.dataset, rank, world, train=True)
+            if loader is not None:
+                self._source, self.rank, self.world_size = loader, 0, 1
+
     def _next_raw(self) -> Any:
+        if self._source is None:
+            self._resolve()
         for attempt in range(2):
             if self._it is None:
-                self._it = iter(self.dataset)
+                sampler = getattr(self._source, "sampler", None)
+                if hasattr(sampler, "set_epoch"):
+                    sampler.set_epoch(self._passes)
+                self._passes += 1
+                self._it = iter(self._source)
             try:
                 return next(self._it)
             except StopIteration:
@@ -177,7 +432,10 @@ class SinkStream:
                     break
         raise ValueError("The training dataset yielded no batch: it must not be empty.")
 
-    def _next_batch(self) -> Any:
+    def next_batch(self) -> Any:
+        """The next batch of this rank's stream (pinned when ``pin_memory``)."""
+        if self._source is None:
+            self._resolve()
         if self.world_size > 1:
             # skip the other ranks' batches: this rank takes every world_size-th batch
             for _ in range(self.rank):
@@ -191,8 +449,38 @@ class SinkStream:
         return pin_batch(batch) if self.pin_memory else batch
 
     def next_sink(self) -> list:
-        """The next ``sink_size`` batches of the stream."""
-        return [self._next_batch() for _ in range(self.sink_size)]
+        """The next ``sink_size`` batches of the stream, as a list (drawn now)."""
+        return [self.next_batch() for _ in range(self.sink_size)]
 
-    def __iter__(self) -> Iterator[list]:
-        yield self.next_sink()
+    def __iter__(self) -> Iterator[Sink]:
+        yield Sink(self, self.sink_size)
+
+
+def rank_data(dataset: Any, module: Any, *, train: bool, sink_size: int = 0,
+              pin_memory: bool = False) -> Any:
+    """``dataset`` as ``module``'s rank should see it under data parallelism (decided late).
+
+    Sink mode (``sink_size > 0``): a :class:`SinkStream` of this rank's batches. Training:
+    a DataLoader goes to Lightning unchanged (it gets Lightning's ``DistributedSampler``),
+    any other iterable becomes a padded :class:`RankShard`. Evaluation: an unpadded
+    :class:`RankShard` (every batch on exactly one rank, counted once).
+
+    Args:
+        dataset: the user's dataset, or None.
+        module: the LightningModule whose Trainer decides the placement.
+        train: training (True) or evaluation data.
+        sink_size: steps per sink in sink mode, 0 otherwise.
+        pin_memory: pin sink batches (CUDA).
+
+    Example:
+        >>> list(rank_data([1, 2], None, train=False))
+        [1, 2]
+    """
+    if dataset is None:
+        return None
+    if sink_size:
+        return SinkStream(dataset, sink_size, pin_memory=pin_memory,
+                          placement=lambda: placement_of(module))
+    if train and isinstance(dataset, torch.utils.data.DataLoader):
+        return dataset
+    return RankShard(dataset, lambda: placement_of(module), train=train)

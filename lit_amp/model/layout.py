@@ -10,6 +10,7 @@ read from the module the strategy built.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import lightning as L
@@ -157,6 +158,10 @@ def infer_layouts(api: str, module: L.LightningModule, network: nn.Module,
         return read_layouts(network, list(network.modules()))
     capture = _Capture(network)
     kw = {**trainer_kwargs, "logger": False}
+    if not isinstance(strategy, str) and strategy is not None:
+        # a Strategy object serves one Trainer: set up a copy, leaving the Model's own unbound
+        # for its later calls (train, eval, another layout)
+        kw["strategy"] = copy.deepcopy(strategy)
     callbacks = [capture, *(kw.pop("callbacks", None) or [])]
     with quiet_lightning():
         if api == "infer_train_layout":

@@ -32,7 +32,7 @@ from lit_amp.model._lightning import (
     fast_path_ok,
     mean_over_ranks,
 )
-from lit_amp.model.data import as_batch_tuple
+from lit_amp.model.data import NO_BATCH, as_batch_tuple
 
 __all__ = ["LitModel", "AMP_LEVELS", "BOOST_LEVELS", "MODEL_KWARGS"]
 
@@ -121,6 +121,7 @@ class LitModel(L.LightningModule):
         self.sink_mode = False
         self._fast = False
         self._lopt: Any = None
+        self._ddp: Any = None  # the DistributedDataParallel wrapper while training under DDP
         if metrics is not None:
             self._metric_module = nn.ModuleDict(self.metric_fns)
 
@@ -312,12 +313,48 @@ class LitModel(L.LightningModule):
         return loss
 
 
+    def on_fit_start(self) -> None:
+        # MindSpore sets the network to train mode for each train call (``set_train(True)``):
+        # a Model.predict / eval before it leaves the modules in eval mode
+        self.train()
+
     def on_train_start(self) -> None:
         self._lopt = self.optimizers() if self._optimizer is not None else None
         self._fast = fast_path_ok(self.trainer)
+        # kept out of nn.Module's registry: the wrapper holds this module (no cycle)
+        self.__dict__["_ddp"] = self._ddp_module()
 
     def on_train_end(self) -> None:
         self._lopt = None
+        self._broadcast_buffers()
+        self._ddp = None
+
+    def _broadcast_buffers(self) -> None:
+        """Under DDP, rank 0's buffers to every rank (what DDP does before each forward).
+
+        The last step's BatchNorm statistics are each rank's own; taking rank 0's after
+        training and before an evaluation during fit makes every rank evaluate, save and end
+        with the same model.
+        """
+        ddp = self._ddp_module()
+        if ddp is not None and ddp.broadcast_buffers:
+            for buf in ddp.modules_buffers:
+                torch.distributed.broadcast(buf, src=0)
+
+    def _ddp_module(self) -> Any:
+        """The ``DistributedDataParallel`` wrapper of this module (None outside DDP)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = self.trainer.strategy.model if self._trainer is not None else None
+        return model if isinstance(model, DistributedDataParallel) else None
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Lightning turns DDP's gradient sync off after a manual-optimization forward, which
+        # also stops DDP's buffer broadcast before the next forward (BatchNorm statistics
+        # would drift apart per rank): ask for the broadcast each step, as plain DDP does
+        # (not when DDP's sync is off for good, as under AdaSum, which averages the buffers)
+        if self._ddp is not None and self._ddp.require_backward_grad_sync:
+            self._ddp.require_forward_param_sync = True
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self._fast:
@@ -376,9 +413,13 @@ class LitModel(L.LightningModule):
         if batch_idx == 0 or not self._strategy_checked:
             check_training_strategy(self.trainer.strategy, self.network)
             self._strategy_checked = True
+        if not self.network.training:  # a Model.predict / eval from a callback mid-epoch
+            self.train()
         if self.sink_mode:
             out: dict[str, Any] = {}
-            for b in batch:  # the sink: sink_size steps in one tight loop
+            # the sink: sink_size steps in one tight loop, batches drawn (and moved) one by one
+            steps = batch.batches(self.device) if hasattr(batch, "batches") else batch
+            for b in steps:
                 out = self.train_one_step(b)
         else:
             out = self.train_one_step(batch)
@@ -392,6 +433,7 @@ class LitModel(L.LightningModule):
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
+        self._broadcast_buffers()
         self.begin_eval()
 
     def on_test_epoch_start(self) -> None:
@@ -443,10 +485,10 @@ class LitModel(L.LightningModule):
         return outputs
 
     def validation_step(self, batch: Any, batch_idx: int) -> Any:
-        return self.eval_step(batch)
+        return None if batch is NO_BATCH else self.eval_step(batch)
 
     def test_step(self, batch: Any, batch_idx: int) -> Any:
-        return self.eval_step(batch)
+        return None if batch is NO_BATCH else self.eval_step(batch)
 
 
     def end_eval(self, prefix: str = "") -> None:

@@ -15,18 +15,20 @@ import lightning as L
 import torch
 from torch import nn
 
-from lit_amp._validation import check_bool, check_int, check_type, type_error
+from lit_amp._validation import check_bool, check_int, check_type, type_error, value_error
 from lit_amp.callbacks.base import CallbackList, InternalCallbackParam
 from lit_amp.callbacks.bridge import MindSporeCallbackBridge
 from lit_amp.model._checks import check_sink_size, check_train_args
 from lit_amp.model._lightning import (
     RESERVED_TRAINER_KEYS,
     TRAINER_DEFAULTS,
+    RankStepCount,
+    check_in_process,
     make_trainer,
     quiet_lightning,
     split_callbacks,
 )
-from lit_amp.model.data import SinkStream, check_dataset, for_lightning
+from lit_amp.model.data import check_dataset, rank_data
 from lit_amp.model.layout import infer_layouts
 from lit_amp.model.lit_model import LitModel
 
@@ -130,8 +132,11 @@ class Model:
     def _make_trainer(self, *, max_epochs: int | None, callbacks: list[L.Callback]) -> L.Trainer:
         kw = self._trainer_kwargs
         self._lit.log_train_loss = bool(kw.get("logger")) or bool(kw.get("enable_progress_bar"))
-        self.trainer = make_trainer(kw, callbacks, max_epochs=max_epochs)
-        return self.trainer
+        trainer = make_trainer(kw, callbacks, max_epochs=max_epochs)
+        check_in_process(trainer, "Model.eval" if max_epochs is None else "Model.train",
+                         kw.get("strategy"))
+        self.trainer = trainer
+        return trainer
 
     def _pin(self) -> bool:
         acc = self._trainer_kwargs.get("accelerator", "auto")
@@ -158,7 +163,8 @@ class Model:
             initial_epoch: epochs already done (resume).
 
         Raises:
-            TypeError, ValueError: bad arguments (see spec §1.3).
+            TypeError, ValueError: bad arguments (see spec §1.3); ValueError also for a
+                strategy that starts its own processes (``ddp_spawn``: use ``'ddp'``).
         """
         size, sink_size = check_train_args(
             "Model.train", epoch, train_dataset, dataset_sink_mode, sink_size, initial_epoch
@@ -192,6 +198,7 @@ class Model:
 
         Raises:
             TypeError: ``valid_frequency`` is not an int or a list.
+            ValueError: ``valid_frequency`` is an int <= 0.
             ValueError: ``valid_dataset`` without metrics; custom callbacks with legacy hooks.
         """
         size, sink_size = check_train_args(
@@ -200,6 +207,10 @@ class Model:
         if isinstance(valid_frequency, bool) or not isinstance(valid_frequency, (int, list)):
             raise type_error("Model.fit", "valid_frequency", "an int or a list of epochs",
                              valid_frequency)
+        if isinstance(valid_frequency, int) and valid_frequency <= 0:
+            # MindSpore 2.10: 0 dies with ZeroDivisionError, a negative int evaluates every epoch
+            raise value_error("Model.fit", "valid_frequency",
+                              "a positive int (or a list of epochs)", valid_frequency)
         check_bool("Model.fit", "valid_dataset_sink_mode", valid_dataset_sink_mode)
         if valid_dataset is not None:
             if not self._lit.metric_fns:
@@ -238,9 +249,11 @@ class Model:
     ) -> None:
         lit = self._lit
         lit.apply_amp(self._device_hint())
+        fit_data = train_dataset
         for cb in cbl:
             if type(cb).__name__ == "BackupAndRestore":
                 initial_epoch = max(initial_epoch, int(cb.restore(lit)))
+                fit_data = cb.prepare_dataset(fit_data, sink, initial_epoch)  # RNG, position
         if initial_epoch >= epoch:
             log.info("Nothing to train: epoch %d was already reached (restored).", epoch)
             return
@@ -256,10 +269,13 @@ class Model:
             valid_frequency=valid_frequency,
             eval_during_fit=valid_dataset is not None,
         )
-        trainer = self._make_trainer(max_epochs=epoch - initial_epoch, callbacks=[bridge, *pl_cbs])
-        self._fit(trainer, train_dataset, valid_dataset, sink, sink_size)
-        self._current_epoch_num = int(cb_params.cur_epoch_num)
+        trainer = self._make_trainer(max_epochs=epoch - initial_epoch,
+                                     callbacks=[RankStepCount(cb_params, sink=sink), bridge,
+                                                *pl_cbs])
+        self._fit(trainer, fit_data, valid_dataset, sink, sink_size)
+        self._current_epoch_num = int(cb_params.get("cur_epoch_num", initial_epoch))
         step = int(cb_params.cur_step_num)
+        batch_num = cb_params.batch_num  # this rank's steps per epoch (RankStepCount)
         self._current_step_num = (step - 1) % batch_num + 1 if step > 0 and batch_num else 0
 
     def _train_callback_params(
@@ -295,7 +311,6 @@ class Model:
             last_save_ckpt_step=None,
             latest_ckpt_file=None,
             dataset_sink_mode=sink,
-            cur_epoch_num=initial_epoch,
             cur_step_num=0,
             net_outputs=None,
         )
@@ -305,22 +320,19 @@ class Model:
         """``trainer.fit`` on the data (a ``SinkStream`` in sink mode), quietly."""
         lit = self._lit
         lit.sink_mode = sink
-        data = (
-            SinkStream(train_dataset, sink_size, pin_memory=self._pin())
-            if sink
-            else for_lightning(train_dataset)
-        )
-        if "spawn" in str(self._trainer_kwargs.get("strategy", "")).lower():
-            # spawn-based strategies pickle DataLoaders (and their generators) to the workers;
-            # the default fd sharing runs out of descriptors/shm on small machines
-            torch.multiprocessing.set_sharing_strategy("file_system")
+        data = self._rank_data(train_dataset, train=True, sink_size=sink_size if sink else 0)
         try:
             with quiet_lightning():
                 trainer.fit(
-                    lit, train_dataloaders=data, val_dataloaders=for_lightning(valid_dataset)
+                    lit, train_dataloaders=data,
+                    val_dataloaders=self._rank_data(valid_dataset, train=False),
                 )
         finally:
             lit.sink_mode = False
+
+    def _rank_data(self, dataset: Any, *, train: bool, sink_size: int = 0) -> Any:
+        return rank_data(dataset, self._lit, train=train, sink_size=sink_size,
+                         pin_memory=self._pin())
 
     def _device_hint(self) -> torch.device:
         acc = self._trainer_kwargs.get("accelerator", "auto")
@@ -355,7 +367,6 @@ class Model:
             batch_num=size,
             mode="eval",
             cur_step_num=0,
-            cur_epoch_num=self._current_epoch_num,
             list_callback=list(cbl.callbacks),
             dataset_sink_mode=dataset_sink_mode,
             device_number=1,
@@ -366,13 +377,9 @@ class Model:
         bridge = MindSporeCallbackBridge(cbl, cb_params)
         trainer = self._make_trainer(max_epochs=None, callbacks=[bridge, *pl_cbs])
         with quiet_lightning():
-            trainer.validate(lit, dataloaders=for_lightning(valid_dataset), verbose=False)
+            trainer.validate(lit, dataloaders=self._rank_data(valid_dataset, train=False),
+                             verbose=False)
         metrics = dict(lit.last_eval_results.get("metrics", {}))
-        if not metrics:
-            # spawn-based strategies (ddp_spawn) evaluate in child processes; Lightning sends
-            # the logged scalar metrics back to this one
-            cbm = trainer.callback_metrics
-            metrics = {k: float(cbm[k]) for k in lit.metric_fns if k in cbm}
         return metrics
 
     # ------------------------------------------------------------------ predict
