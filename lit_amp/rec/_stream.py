@@ -7,7 +7,9 @@ online loop commits a cursor only when its batch has been trained. It reports a 
 without a length, to detect the last batch): on a tailing stream a prefetch would hold the
 newest batch back until the next one lands, and read the cursor one batch ahead of training.
 Under DDP every rank agrees before each step that every rank has a batch (one all-reduce), so
-all ranks step the same number of times however the stream is split.
+all ranks step the same number of times however the stream is split: a rank whose part ran
+dry steps on a zero-weight *filler* (its last batch, loss times 0) while another still has
+data, so a finite stream is trained to its end on every rank.
 """
 
 from __future__ import annotations
@@ -91,7 +93,11 @@ class OnlineStream:
         self.exhausted = False  # the dataset ended
         self.agreed_stop = False  # ranks agreed to stop (another rank had no batch)
         self.stop_local: Callable[[], bool] = lambda: False
-        self.agree: Callable[[bool], bool] | None = None
+        # DDP: (has a batch, can step) of this rank -> (some rank has a batch, all can step)
+        self.agree: Callable[[bool, bool], tuple[bool, bool]] | None = None
+        self.can_fill = False  # a dry rank may step on a zero-weight filler (see __next__)
+        self.filling = False  # the batch just yielded is a filler
+        self._last: Any = None  # the last real batch yielded
 
     def __len__(self) -> int:
         return STREAM_LEN
@@ -116,14 +122,25 @@ class OnlineStream:
         item = None
         if not self.stop_local():
             item = self._pending.popleft() if self._pending else self._pull()
-        if self.agree is not None and not self.agree(item is not None):
-            if item is not None:
-                # another rank has no batch: this one is not trained now; its cursor is not
-                # committed, so a restart reads it again
-                self.agreed_stop = True
-            item = None
+        self.filling = False
+        if self.agree is not None:
+            has = item is not None
+            any_has, all_can = self.agree(has, has or (self.can_fill and self._last is not None))
+            if any_has and all_can and not has:
+                # this rank ran dry while another still has data: step on a zero-weight
+                # filler (the loop zeroes its loss), so the others' records get trained
+                item = (self._last, self.source.state_dict() if self.source else None)
+                self.filling = True
+            elif not (any_has and all_can):
+                if has:
+                    # another rank cannot step: this batch is not trained now; its cursor is
+                    # not committed, so a restart reads it again
+                    self.agreed_stop = True
+                item = None
         if item is None:
             raise StopIteration
+        if not self.filling:
+            self._last = item[0]
         self._cursors.append(item[1])
         return item[0]
 

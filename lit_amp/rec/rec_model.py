@@ -12,6 +12,8 @@ cadence for serving weights (:class:`PublishOptions`) and validation on a held-o
 
 from __future__ import annotations
 
+import copy
+import datetime
 import logging
 import sys
 from collections.abc import Iterable
@@ -207,7 +209,12 @@ class RecModel(Model):
             cbl, cb_params, stream, sink=sink, network=self._network, stop=stop,
             checkpoint=checkpoint, publish=publish, validation=validation,
         )
-        trainer = self._make_trainer(max_epochs=1, callbacks=[loop, *pl_cbs])
+        user_kwargs = self._trainer_kwargs
+        self._trainer_kwargs = with_peer_timeout(user_kwargs, stop.peer_timeout)
+        try:
+            trainer = self._make_trainer(max_epochs=1, callbacks=[loop, *pl_cbs])
+        finally:
+            self._trainer_kwargs = user_kwargs
         lit.sink_mode = False
         with quiet_lightning():
             trainer.fit(lit, train_dataloaders=stream)
@@ -255,6 +262,37 @@ class RecModel(Model):
 
     def __repr__(self) -> str:
         return super().__repr__().replace("Model(", "RecModel(", 1)
+
+
+def with_peer_timeout(trainer_kwargs: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``trainer_kwargs`` with a DDP strategy whose collectives time out after ``seconds``.
+
+    A DDP strategy named by string (``"ddp"``, ``"ddp_spawn"``, ...) becomes the same
+    ``DDPStrategy`` with ``timeout``; a ``DDPStrategy`` object still at Lightning's default
+    timeout (30 minutes) gets a copy with ``timeout``; anything else is left as it is.
+
+    Example:
+        >>> kw = with_peer_timeout({"strategy": "ddp"}, 120)
+        >>> kw["strategy"]._timeout.total_seconds()
+        120.0
+        >>> with_peer_timeout({"strategy": "auto"}, 120)
+        {'strategy': 'auto'}
+    """
+    from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+    from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
+
+    strategy = trainer_kwargs.get("strategy")
+    timeout = datetime.timedelta(seconds=seconds)
+    if isinstance(strategy, str) and strategy in StrategyRegistry:
+        entry = StrategyRegistry[strategy]
+        if entry["strategy"] is DDPStrategy:
+            return {**trainer_kwargs,
+                    "strategy": DDPStrategy(**{**entry["init_params"], "timeout": timeout})}
+    elif type(strategy) is DDPStrategy and strategy._timeout == default_pg_timeout:
+        strategy = copy.copy(strategy)
+        strategy._timeout = timeout
+        return {**trainer_kwargs, "strategy": strategy}
+    return trainer_kwargs
 
 
 def _warn_about_cursor(dataset: Any, source: Any, checkpoint: CheckpointOptions | None) -> None:

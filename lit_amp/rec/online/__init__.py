@@ -10,6 +10,7 @@ module             holds
 ``checkpoints``    cursor checkpoints, resuming from them, published weights
 ``validation``     the held-out window (test-then-train) or a fixed validation set
 ``ranks``          the DDP collectives the loop needs
+``guard``          the non-finite guard: a NaN / inf gradient never reaches the parameters
 =================  ===========================================================================
 
 Example:

@@ -24,6 +24,7 @@ import torch
 
 from lit_amp._io import remove_stale_temps, save_checkpoint
 from lit_amp.rec._stream import OnlineStream
+from lit_amp.rec.online.guard import first_nonfinite
 from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary, PublishOptions
 from lit_amp.rec.online.ranks import Ranks
 from lit_amp.rec.publish import latest_checkpoint, plain_state, prune_checkpoints, publish_weights
@@ -42,6 +43,20 @@ class _OnlineState:
 
     def checkpoint_state(self) -> dict:
         return {**self._lit.checkpoint_state(), "online": self._online}
+
+
+def _refuse_nonfinite(module: Any, what: str) -> None:
+    """Raise when ``module`` holds a NaN / inf: it must never be checkpointed or served."""
+    if not isinstance(module, torch.nn.Module):
+        return
+    name = first_nonfinite(module)
+    if name is not None:
+        raise RuntimeError(
+            f"online_train: {what} hold a non-finite value in {name!r}, so they are not "
+            "written (serving or resuming them would spread NaN); the previous checkpoint and "
+            "published weights are kept. Look for a non-finite input or a diverging "
+            "learning rate; loss scaling or a lower learning rate may help."
+        )
 
 
 class CursorCheckpoints:
@@ -99,7 +114,12 @@ class CursorCheckpoints:
         return every is not None and step % every == 0
 
     def save(self, lit: Any, step: int, cursor: Any) -> None:
-        """Write ``online-{step}.ckpt`` (a collective under DDP: every rank calls it)."""
+        """Write ``online-{step}.ckpt`` (a collective under DDP: every rank calls it).
+
+        Raises:
+            RuntimeError: a weight is NaN / inf (such a checkpoint is never written).
+        """
+        _refuse_nonfinite(lit, f"the checkpoint of step {step}")
         cursors = self.ranks.gather(cursor)
         # rank 0 finished writing the previous checkpoint before it joined this gather, so
         # what that checkpoint covers is durable on every rank now
@@ -236,7 +256,12 @@ class Publisher:
         return every is not None and step % every == 0
 
     def publish(self, step: int, cursor: Any) -> None:
-        """Publish the weights of ``step``; then call ``publish_hook`` (``cursor`` in its info)."""
+        """Publish the weights of ``step``; then call ``publish_hook`` (``cursor`` in its info).
+
+        Raises:
+            RuntimeError: a weight is NaN / inf (non-finite weights are never published).
+        """
+        _refuse_nonfinite(self.network, f"the weights of step {step}")
         self.last_step = step
         self.last_time = time.monotonic()
         if self.ranks.rank != 0:

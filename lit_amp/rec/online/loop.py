@@ -34,6 +34,7 @@ import torch
 from lit_amp.callbacks.bridge import MindSporeCallbackBridge
 from lit_amp.rec._stream import OnlineStream, batch_size_of
 from lit_amp.rec.online.checkpoints import CursorCheckpoints, Publisher
+from lit_amp.rec.online.guard import NonFiniteGuard
 from lit_amp.rec.online.options import (
     CheckpointOptions,
     OnlineSummary,
@@ -48,6 +49,17 @@ from lit_amp.rec.online.validation import validate, validation_due
 __all__ = ["OnlineLoop"]
 
 log = logging.getLogger(__name__)
+
+
+def _empty_like(batch: Any) -> Any:
+    """``batch`` with every tensor cut to 0 rows (what callbacks see of a filler step)."""
+    if torch.is_tensor(batch):
+        return batch[:0] if batch.dim() else batch
+    if isinstance(batch, dict):
+        return {k: _empty_like(v) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_empty_like(v) for v in batch)
+    return batch
 
 
 class OnlineLoop(MindSporeCallbackBridge):
@@ -100,6 +112,11 @@ class OnlineLoop(MindSporeCallbackBridge):
         self._start_records = 0
         self._idle_stop: str | None = None
         self._lit: Any = None
+        self.guard: NonFiniteGuard | None = None
+        self._unapplied_cursor: Any = None
+        self._unapplied_records = 0
+        self._fill_hook: Any = None
+        self._filling = False  # this step trains a zero-weight filler (DDP, a dry rank)
 
     def _step(self) -> int:
         return int(self.cb.cur_step_num)
@@ -131,6 +148,7 @@ class OnlineLoop(MindSporeCallbackBridge):
             trainer.world_size, trainer.global_rank, device
         )
         self._lit = pl_module
+        self.guard = NonFiniteGuard(list(trainer.optimizers))
         # the stream reports a huge len() only to turn off Lightning's prefetch (already set up
         # by now); progress bars should show an open-ended epoch
         trainer.fit_loop.max_batches = float("inf")
@@ -161,6 +179,10 @@ class OnlineLoop(MindSporeCallbackBridge):
         )
         if self.ranks.world > 1:
             self.stream.agree = self.ranks.agree
+            loss_fn = getattr(self._lit, "loss_fn", None)
+            if isinstance(loss_fn, torch.nn.Module):  # filler steps: the loss times 0
+                self._fill_hook = loss_fn.register_forward_hook(self._weigh_loss)
+                self.stream.can_fill = True
         source = self.stream.source
         if source is not None and hasattr(source, "bind_idle"):
             source.bind_idle(self._idle)
@@ -176,7 +198,8 @@ class OnlineLoop(MindSporeCallbackBridge):
     ) -> None:
         if self.sink:
             self.begin_epoch(int(self.cb.cur_epoch_num) + 1)
-        self.begin_step(batch)
+        self._filling = self.stream.filling
+        self.begin_step(_empty_like(batch) if self._filling else batch)
 
     def on_train_batch_end(
         self,
@@ -187,8 +210,15 @@ class OnlineLoop(MindSporeCallbackBridge):
         batch_idx: int,
     ) -> None:
         self.end_step(outputs)
-        self.cursor = self.stream.commit()
-        self.summary.total_records += batch_size_of(batch)
+        # with gradient accumulation a batch counts as trained (cursor, records) only once the
+        # update holding its gradients is applied: a crash before loses no record
+        self._unapplied_cursor = self.stream.commit()
+        self._unapplied_records += 0 if self._filling else batch_size_of(batch)
+        self._filling = False
+        if getattr(pl_module, "_accum_i", 0) == 0:  # the accumulation window is complete
+            self.cursor = self._unapplied_cursor
+            self.summary.total_records += self._unapplied_records
+            self._unapplied_records = 0
         step = self._step()
         if validation_due(self.validation, step):
             validate(self, self.validation, self.stream, self.ranks, trainer, pl_module)
@@ -222,6 +252,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         if self.publisher is not None and step != self.publisher.last_step:
             self.publisher.publish(step, self.cursor)
         self._finish()
+        self._warn_about_leftovers()
         log.info(
             "online_train stopped (%s) at step %d: %d steps, %d records in %.1f s.",
             s.stop_reason,
@@ -231,17 +262,54 @@ class OnlineLoop(MindSporeCallbackBridge):
             s.elapsed_s,
         )
 
+    def _warn_about_leftovers(self) -> None:
+        """Say so when a run ends with records it did not train, or trained nothing."""
+        s = self.summary
+        if self.stream.agreed_stop:
+            log.warning(
+                "online_train: rank %d stopped with batches it did not train because another "
+                "rank's part of the stream ran dry (every rank must step together); they stay "
+                "unconsumed in the checkpoint's cursor. Balance the shards (more, smaller "
+                "files) or resume with fewer processes to train them.",
+                self.ranks.rank,
+            )
+        if s.steps == 0 and s.resumed_from is not None:
+            log.warning(
+                "online_train: resumed from %s (step %d, %d records) and trained 0 steps (%s): "
+                "the stream had nothing new for this rank.",
+                s.resumed_from,
+                s.total_steps,
+                s.total_records,
+                s.stop_reason,
+            )
+
     def _final_stop_reason(self) -> str:
         if self._idle_stop is not None:
             return self._idle_stop
         if self.stream.agreed_stop:
             return "peer_stopped"
         if self.stream.exhausted:
+            # what the source says about its end (SocketSource: a reset is not a clean end)
+            for obj in (self.stream.source, self.stream.dataset):
+                why = getattr(obj, "end_reason", None)
+                if isinstance(why, str) and why != "stopped":
+                    return why
             return "source_exhausted"
         return self.stop.local_reason() or "peer_stopped"
 
+    def _weigh_loss(self, module: Any, inputs: Any, output: Any) -> Any:
+        """The loss module's forward hook: a filler step's loss is multiplied by 0."""
+        return output * 0.0 if self._filling and torch.is_tensor(output) else None
+
     def _finish(self) -> None:
         self.stop.finish()
+        if self._fill_hook is not None:
+            self._fill_hook.remove()
+            self._fill_hook = None
+        if self.guard is not None:
+            self.summary.skipped_steps = self.guard.skipped
+            self.guard.remove()
+            self.guard = None
         for obj in (self.stream.source, self.stream.dataset):
             if obj is not None and hasattr(obj, "bind_idle"):
                 obj.bind_idle(None)

@@ -80,6 +80,10 @@ class StopOptions:
         stop_signals: signal numbers whose handlers are installed for the run (the previous
             ones are put back after); not SIGKILL / SIGSTOP. Handlers can only be installed
             from the main thread.
+        peer_timeout: under DDP, seconds a rank waits for the others in a collective before
+            the job fails (a stalled or dead rank); set on a ``"ddp"`` / ``"ddp_spawn"`` /
+            ... strategy given by name, or on a ``DDPStrategy`` left at Lightning's default
+            (30 minutes). Default 300.
 
     Raises:
         TypeError: a field of the wrong type.
@@ -97,9 +101,14 @@ class StopOptions:
     stop_event: Any = None
     stop_file: str | os.PathLike | None = None
     stop_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
+    peer_timeout: float | datetime.timedelta = 300.0
 
     def __post_init__(self) -> None:
         owner = "StopOptions"
+        _set(self, "peer_timeout", check_number(
+            owner, "peer_timeout", self.peer_timeout.total_seconds()
+            if isinstance(self.peer_timeout, datetime.timedelta) else self.peer_timeout,
+            minimum=0.0, strict=True))
         check_positive_int(owner, "max_steps", self.max_steps, allow_none=True)
         _set(self, "max_time", _seconds(owner, "max_time", self.max_time))
         ev = self.stop_event
@@ -254,11 +263,15 @@ class OnlineSummary:
         total_records: records trained, counting those of restored checkpoints.
         stop_reason: ``"max_steps"``, ``"max_time"``, ``"stop_event"``, ``"stop_file"``,
             ``"signal:SIGTERM"`` (or another signal), ``"request_stop"``, ``"source_exhausted"``
-            or ``"peer_stopped"`` (another DDP rank ran out of data or stopped).
+            (the source ended cleanly), ``"idle_timeout"`` (``max_idle_s`` spent waiting for
+            data), ``"connection_reset"`` / ``"connection_error"`` (a socket broke: restart to
+            resume) or ``"peer_stopped"`` (another DDP rank ran out of data or stopped).
         resumed_from: the checkpoint restored, or None.
         last_checkpoint: the newest checkpoint written by this call, or None.
         last_published: the newest published weights written by this call, or None.
         elapsed_s: wall time of the training loop.
+        skipped_steps: optimizer steps of this call skipped because a gradient was NaN / inf
+            (their batches count as trained; the parameters did not change).
 
     Example:
         >>> OnlineSummary(steps=3, records=30, stop_reason="max_steps").records
@@ -274,3 +287,4 @@ class OnlineSummary:
     last_checkpoint: str | None = None
     last_published: str | None = None
     elapsed_s: float = 0.0
+    skipped_steps: int = 0

@@ -36,11 +36,10 @@ class Ranks:
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return [int(v) for v in t.tolist()]
 
-    def agree(self, has_batch: bool) -> bool:
-        """Whether all ranks have a batch (one all-reduce MIN)."""
-        t = torch.tensor([1 if has_batch else 0], dtype=torch.int32, device=self.device)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
-        return bool(t.item())
+    def agree(self, has_batch: bool, can_step: bool) -> tuple[bool, bool]:
+        """``(some rank has a batch, every rank can step)`` (one all-reduce MAX)."""
+        some, cannot = self.reduce_max([int(has_batch), int(not can_step)])
+        return bool(some), not cannot
 
     def gather(self, obj: Any) -> list[Any]:
         """``obj`` of every rank, indexed by rank."""

@@ -34,6 +34,8 @@ __all__ = ["StreamSource", "DeadLetterFile", "resolve_shard"]
 log = logging.getLogger(__name__)
 
 _RAW_MAX = 4096  # characters of a malformed record kept in the dead-letter file
+_ERROR_MAX = 512  # characters of the reason kept
+_LINE_MAX = 16384  # bytes of one dead-letter line (JSON escapes can grow the record 6x)
 
 
 def resolve_shard(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -91,7 +93,8 @@ class DeadLetterFile:
     """Append-only JSON-lines file of malformed records, with their position in the stream.
 
     Each line: ``{"time", "source", "position", "error", "record"}`` (``record`` is the raw
-    text, truncated to 4096 characters). With ``path=None`` records are only logged (at
+    text, truncated to 4096 characters, ``error`` to 512): one entry stays under ~16 KiB
+    however large the garbage. With ``path=None`` records are only logged (at
     WARNING, with position and content). Writes are flushed line by line, so a crash loses
     none; after a restart the same record may be dead-lettered again (at-least-once).
 
@@ -118,6 +121,8 @@ class DeadLetterFile:
         raw = record if isinstance(record, str) else _to_text(record)
         if len(raw) > _RAW_MAX:
             raw = raw[:_RAW_MAX] + "...(truncated)"
+        if len(error) > _ERROR_MAX:
+            error = error[:_ERROR_MAX] + "...(truncated)"
         with self._lock:
             self.count += 1
             n = self.count
@@ -135,15 +140,12 @@ class DeadLetterFile:
                 error,
                 self.path,
             )
-        line = json.dumps(
-            {
-                "time": time.time(),
-                "source": self.source,
-                "position": position,
-                "error": error,
-                "record": raw,
-            }
-        )
+        entry = {"time": time.time(), "source": self.source, "position": position,
+                 "error": error, "record": raw}
+        line = json.dumps(entry)
+        if len(line) > _LINE_MAX:  # control characters escaped 6x: keep the entry bounded
+            entry["record"] = raw[: _RAW_MAX // 8] + "...(truncated)"
+            line = json.dumps(entry)
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
         # one write() of one line with O_APPEND: lines of concurrent writers do not interleave

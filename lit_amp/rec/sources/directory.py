@@ -9,6 +9,9 @@ because the cursor is the *set* of consumed files, not a high-water mark.
 
 The stream ends when ``end_marker`` exists and every file of this shard is consumed, or after
 ``max_idle_s`` without a new file; otherwise it polls forever.
+
+Size: one class whose iteration, cursor, file identity, retries and deletion share the
+state of the folder being tailed; ~500 lines with its docstrings.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ __all__ = ["DirectorySource", "write_shard", "shard_of"]
 log = logging.getLogger(__name__)
 
 _FORMATS = ("jsonl", "npz", "pt")
+_READ_TRIES = 4  # attempts at reading a file that fails with an OSError (permission denied)
+_RETRY_S = 0.25  # ... the n-th retry waits n * _RETRY_S seconds
+_RETRY = object()  # _read's answer: not read now, try again later
 
 
 def shard_of(name: str, num_shards: int) -> int:
@@ -238,6 +244,12 @@ class DirectorySource(StreamSource):
         self.files_deleted = 0
         self._cursor = {"done": frozenset(), "partial": {}}
         self._missing_logged = False
+        self._deleted: set[str] = set()  # consumed files deleted since the last listing
+        self._special: set[str] = set()  # non-regular files, dead-lettered once
+        self._failures: dict[str, int] = {}  # unreadable files: failed attempts
+        self._retry_at: dict[str, float] = {}  # ... and when to try again
+        self._sigs: dict[str, tuple[int, int, int]] = {}  # files read: (inode, size, mtime)
+        self._dir_mtime: int | None = None
 
     # ------------------------------------------------------------------ cursor
     def state_dict(self) -> dict[str, Any]:
@@ -277,6 +289,7 @@ class DirectorySource(StreamSource):
             try:
                 os.remove(os.path.join(self.directory, name))
                 self.files_deleted += 1
+                self._deleted.add(name)
             except FileNotFoundError:
                 pass
             except OSError as exc:
@@ -308,7 +321,14 @@ class DirectorySource(StreamSource):
     def _list(self) -> list[str] | None:
         try:
             with os.scandir(self.directory) as it:
-                names = [e.name for e in it]
+                names = []
+                for e in it:
+                    if e.is_file() or not self._wanted(e.name):
+                        names.append(e.name)
+                    elif e.name not in self._special:  # a FIFO, socket, folder: never opened
+                        self._special.add(e.name)
+                        self.dead_letter.write({"file": e.name, "row": None},
+                                               "not a regular file (skipped)", e.path)
         except FileNotFoundError:
             if not self._missing_logged:
                 log.info("DirectorySource: %s does not exist yet; waiting.", self.directory)
@@ -319,11 +339,38 @@ class DirectorySource(StreamSource):
     def _wanted(self, name: str) -> bool:
         return name[0] not in "._" and name.endswith(self.suffixes)
 
-    def _read(self, name: str, start: int) -> _OpenFile | None:
+    def _replaced(self, done: frozenset[str]) -> set[str]:
+        """Consumed names now holding another file (inode, size or mtime changed).
+
+        Checked only when the folder itself changed (a rename into it changes its mtime),
+        and only for files this process read.
+        """
+        try:
+            mtime = os.stat(self.directory).st_mtime_ns
+        except OSError:
+            return set()
+        if mtime == self._dir_mtime or not self._sigs:
+            return set()
+        self._dir_mtime = mtime
+        replaced = set()
+        for name in list(self._sigs):
+            try:
+                st = os.stat(os.path.join(self.directory, name))
+            except OSError:
+                del self._sigs[name]  # gone: forget it
+                continue
+            if name in done and (st.st_ino, st.st_size, st.st_mtime_ns) != self._sigs[name]:
+                replaced.add(name)
+                del self._sigs[name]
+        return replaced
+
+    def _read(self, name: str, start: int) -> Any:
         """Read and validate a whole file; dead-letter its bad rows (at or after ``start``)."""
         path = os.path.join(self.directory, name)
         schema = self.schema
         try:
+            st = os.stat(path)
+            self._sigs[name] = (st.st_ino, st.st_size, st.st_mtime_ns)
             if name.endswith(".jsonl"):
                 with open(path, "rb") as f:
                     lines = f.read().splitlines()
@@ -341,9 +388,23 @@ class DirectorySource(StreamSource):
         except FileNotFoundError:
             log.warning("DirectorySource: %s vanished before it was read; skipped.", path)
             return None
-        except Exception as exc:  # an unreadable file is dead-lettered, never a crash
+        except OSError as exc:  # permission denied, I/O error: retried, then dead-lettered
+            tries = self._failures.get(name, 0) + 1
+            self._failures[name] = tries
+            if tries < _READ_TRIES:
+                log.warning("DirectorySource: cannot read %s (attempt %d of %d): %s; retrying.",
+                            path, tries, _READ_TRIES, exc)
+                self._retry_at[name] = time.monotonic() + _RETRY_S * tries
+                return _RETRY
+            self._retry_at.pop(name, None)
+            self.dead_letter.write({"file": name, "row": None},
+                                   f"unreadable file after {tries} attempts: {exc}", path)
+            return None
+        except Exception as exc:  # a corrupt file is dead-lettered, never a crash
             self.dead_letter.write({"file": name, "row": None}, f"unreadable file: {exc}", path)
             return None
+        self._failures.pop(name, None)
+        self._retry_at.pop(name, None)
         for row, why, raw in bad:
             if row >= start:
                 self.dead_letter.write({"file": name, "row": int(row)}, why, raw)
@@ -359,14 +420,21 @@ class DirectorySource(StreamSource):
         if names is None:
             return done, []
         present = set(names)
-        if len(done) > 64 and not done <= present:
+        if not done <= present:
             done = done & present  # consumed files that were removed leave the cursor
+        if self._deleted:  # a name we deleted that is back is a new file (same name reused)
+            done = done - (self._deleted & present)
+            self._deleted.clear()
+        done = done - self._replaced(done)
+        now = time.monotonic()
         new = sorted(
             n
             for n in names
             if self._wanted(n)
             and n not in done
             and n not in skip
+            and n not in self._special
+            and self._retry_at.get(n, 0.0) <= now
             and (nshards == 1 or shard_of(n, nshards) == shard)
         )
         return done, new
@@ -410,6 +478,8 @@ class DirectorySource(StreamSource):
                     queued.discard(name)
                     last_new = time.monotonic()
                     opened = self._read(name, partial.get(name, 0))
+                    if opened is _RETRY:
+                        continue
                     if opened is None or opened.remaining == 0:
                         done = done | {name}
                         partial.pop(name, None)
@@ -429,7 +499,9 @@ class DirectorySource(StreamSource):
                 else:
                     partial[cur.name] = cur.position
                 if nbuf == bs:
+                    t_out = time.monotonic()
                     yield emit()
+                    last_new += time.monotonic() - t_out  # training time is not idle time
                 continue
             # nothing to read now
             now = time.monotonic()
@@ -437,7 +509,9 @@ class DirectorySource(StreamSource):
                 yield emit()
                 continue
             ended = self.max_idle_s is not None and now - last_new >= self.max_idle_s
-            if not ended and self.end_marker:
+            if self._retry_at:  # an unreadable file is still being retried
+                ended = False
+            elif not ended and self.end_marker:
                 if os.path.exists(os.path.join(self.directory, self.end_marker)):
                     scan()  # files written before the marker must be read first
                     ended = not queue

@@ -27,11 +27,22 @@ __all__ = ["ClickSchema", "Columns"]
 
 Columns = dict[str, np.ndarray]
 
+_INT64_MAX = 2**63 - 1
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters (error messages stay small)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "...(truncated)"
+
 
 def _cat_id(value: Any) -> int:
     if isinstance(value, int):  # (a JSON true/false counts as 1/0)
         if value < 0:
             raise ValueError(f"categorical id {value} is negative")
+        if value > _INT64_MAX:
+            raise ValueError(f"categorical id {_short(value)} does not fit in int64")
         return value
     if isinstance(value, str):
         return zlib.crc32(value.encode())
@@ -85,21 +96,33 @@ class ClickSchema:
             raise ValueError(f"missing field(s) {missing}")
         rid, label, dense, cat = obj["id"], obj["label"], obj["dense"], obj["cat"]
         if not isinstance(rid, int) or isinstance(rid, bool):
-            raise ValueError(f"'id' must be an int, got {rid!r}")
+            raise ValueError(f"'id' must be an int, got {_short(rid)}")
+        if not -_INT64_MAX - 1 <= rid <= _INT64_MAX:
+            raise ValueError(f"'id' {_short(rid)} does not fit in int64")
         if isinstance(label, bool) or label not in (0, 1):
-            raise ValueError(f"'label' must be 0 or 1, got {label!r}")
+            raise ValueError(f"'label' must be 0 or 1, got {_short(label)}")
         if not isinstance(dense, list) or len(dense) != self.num_dense:
-            raise ValueError(f"'dense' must be a list of {self.num_dense} numbers, got {dense!r}")
+            raise ValueError(
+                f"'dense' must be a list of {self.num_dense} numbers, got {_short(dense)}"
+            )
         dvals = []
         for v in dense:
             if v is None:
                 dvals.append(0.0)
-            elif isinstance(v, (int, float)) and math.isfinite(v):  # JSON true/false: 1/0
-                dvals.append(float(v))
+            elif isinstance(v, (int, float)):  # (JSON true/false: 1/0)
+                try:
+                    f = float(v)
+                except OverflowError:  # an int too large even for float64
+                    f = math.inf
+                if not math.isfinite(f) or abs(f) > _F32_MAX:  # float32 would be inf / nan
+                    raise ValueError(
+                        f"'dense' holds {_short(v)}, which is not finite in float32"
+                    )
+                dvals.append(f)
             else:
-                raise ValueError(f"'dense' holds {v!r}, not a finite number or null")
+                raise ValueError(f"'dense' holds {_short(v)}, not a finite number or null")
         if not isinstance(cat, list) or len(cat) != self.num_cat:
-            raise ValueError(f"'cat' must be a list of {self.num_cat} ids, got {cat!r}")
+            raise ValueError(f"'cat' must be a list of {self.num_cat} ids, got {_short(cat)}")
         return rid, float(label), dvals, [_cat_id(c) for c in cat]
 
     def rows_to_columns(self, rows: Sequence[tuple]) -> Columns:
@@ -142,6 +165,15 @@ class ClickSchema:
             return None
         try:
             objs = json.loads(b"[" + b",".join(lines[i] for i in index) + b"]")
+            with np.errstate(over="ignore"):
+                return self._fast_columns(objs, index)
+        except (ValueError, TypeError, KeyError, OverflowError, UnicodeDecodeError):
+            return None
+
+    def _fast_columns(
+        self, objs: list, index: list[int]
+    ) -> tuple[Columns, np.ndarray, list[tuple[int, str, bytes]]] | None:
+        try:
             ids = [o["id"] for o in objs]
             labels = [o["label"] for o in objs]
             if not set(map(type, ids)) <= {int} or not set(map(type, labels)) <= {int, float}:
@@ -159,7 +191,7 @@ class ClickSchema:
             not set(map(type, objs)) <= {dict}
             or cols["dense"].shape != (n, self.num_dense)
             or cols["cat"].shape != (n, self.num_cat)
-            or (self.num_cat and not np.issubdtype(cols["cat"].dtype, np.integer))
+            or (self.num_cat and cols["cat"].dtype != np.int64)  # (uint64: ids over int64)
             or not np.isfinite(cols["dense"]).all()
             or not ((cols["label"] == 0) | (cols["label"] == 1)).all()
             or (self.num_cat and (cols["cat"] < 0).any())
@@ -201,9 +233,13 @@ class ClickSchema:
             if not np.issubdtype(cols[k].dtype, np.integer):
                 raise ValueError(f"shard array '{k}' must be integer, got {cols[k].dtype}")
         label = cols["label"].astype(np.float64)
-        dense = cols["dense"].astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            dense = cols["dense"].astype(np.float32)  # a value over float32's range: inf
+        id_ok = _fits_int64(cols["id"])
+        cat_ok = _fits_int64(cols["cat"]).all(axis=1) if self.num_cat else True
         ok = (label == 0) | (label == 1)
         ok &= np.isfinite(dense).all(axis=1) if self.num_dense else True
+        ok &= id_ok & cat_ok
         ok &= (cols["cat"] >= 0).all(axis=1) if self.num_cat else True
         bad_idx = np.flatnonzero(~ok)
         bad = []
@@ -211,8 +247,12 @@ class ClickSchema:
             why = (
                 f"'label' must be 0 or 1, got {label[i]}"
                 if label[i] not in (0.0, 1.0)
-                else "'dense' holds a non-finite value"
+                else "'dense' holds a value that is non-finite in float32"
                 if self.num_dense and not np.isfinite(dense[i]).all()
+                else f"'id' {int(cols['id'][i])} does not fit in int64"
+                if not id_ok[i]
+                else "'cat' holds an id that does not fit in int64"
+                if not np.all(cat_ok if np.ndim(cat_ok) == 0 else cat_ok[i])
                 else "'cat' holds a negative id"
             )
             bad.append((i, why, self.row_dict(cols, i)))
@@ -264,6 +304,13 @@ class ClickSchema:
             (json.dumps(self.row_dict(cols, i), separators=(",", ":")) + "\n").encode()
             for i in range(n)
         )
+
+
+def _fits_int64(a: np.ndarray) -> np.ndarray:
+    """Elementwise: the integer value is representable as int64 (uint64 may not be)."""
+    if a.dtype.kind == "u" and a.dtype.itemsize >= 8:
+        return a <= np.uint64(_INT64_MAX)
+    return np.ones(a.shape, dtype=bool)
 
 
 def _to_numpy(x: Any) -> np.ndarray:

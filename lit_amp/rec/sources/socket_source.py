@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from lit_amp._validation import check_int
 from lit_amp.rec.sources.base import StreamSource, check_source_args
 from lit_amp.rec.sources.schema import ClickSchema
 
@@ -26,8 +27,14 @@ class SocketSource(StreamSource):
     a producer that keeps its log can replay from there, which gives at-least-once delivery
     across restarts; a producer that ignores the line gives at-most-once (a socket itself
     cannot replay). The stream ends when the server closes the connection, or after
-    ``max_idle_s`` without data. Malformed lines go to the dead-letter file (or the log) with
-    ``{"offset": N}``, their record number in the stream.
+    ``max_idle_s`` spent *waiting* for data (time the consumer spends training on a batch
+    does not count); ``end_reason`` says which: ``"source_exhausted"`` (a clean close),
+    ``"connection_reset"`` / ``"connection_error"`` (the connection broke: restart to
+    resume), ``"idle_timeout"`` or ``"stopped"`` (the idle hook asked to stop).
+    Malformed lines go to the dead-letter file (or the log) with ``{"offset": N}``, their
+    record number in the stream; so does the first 4096 bytes of a line longer than
+    ``max_line_bytes`` (the rest of it is dropped as it arrives, so memory stays bounded by
+    about ``max_line_bytes`` + 64 KiB whatever the peer sends).
 
     For several ranks, give each rank its own server or port (a socket is not sharded).
 
@@ -41,6 +48,7 @@ class SocketSource(StreamSource):
         linger_s: while waiting, yield a partial batch once its first record waited this long.
         handshake: send the ``resume_from`` line after connecting.
         dead_letter_path: where malformed records go (None: the log).
+        max_line_bytes: the longest line accepted (default 1 MiB).
 
     Raises:
         ValueError: bad port, sizes or intervals.
@@ -65,6 +73,7 @@ class SocketSource(StreamSource):
         linger_s: float | None = None,
         handshake: bool = True,
         dead_letter_path: str | os.PathLike | None = None,
+        max_line_bytes: int = 1 << 20,
     ) -> None:
         super().__init__(dead_letter_path=dead_letter_path, name="SocketSource")
         owner = "SocketSource"
@@ -91,7 +100,9 @@ class SocketSource(StreamSource):
         self.max_idle_s = max_idle_s
         self.linger_s = linger_s
         self.handshake = bool(handshake)
+        self.max_line_bytes = check_int(owner, "max_line_bytes", max_line_bytes, minimum=1)
         self._cursor = {"offset": 0}
+        self.end_reason: str | None = None
 
     def _restore(self, state: dict[str, Any]) -> None:
         offset = state.get("offset")
@@ -117,68 +128,156 @@ class SocketSource(StreamSource):
 
     def __iter__(self) -> Iterator[Any]:
         offset = int(self._cursor["offset"])
+        self.end_reason = None
         sock = self._connect()
         try:
             sock.settimeout(self.poll_interval)
             if self.handshake:
                 sock.sendall((json.dumps({"resume_from": offset}) + "\n").encode())
-            pending = b""
-            rows: list[tuple] = []
-            first_at = 0.0
-            last_data = time.monotonic()
-            eof = False
-            while True:
-                # complete lines in hand -> records
-                while b"\n" in pending and len(rows) < self.batch_size:
-                    line, pending = pending.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    pos = offset
-                    offset += 1
-                    try:
-                        row = self.schema.parse_json(line)
-                    except ValueError as exc:
-                        self.dead_letter.write({"offset": pos}, str(exc), line)
-                        continue
+            yield from self._read_lines(sock, offset)
+        finally:
+            sock.close()
+
+    def _read_lines(self, sock: socket.socket, offset: int) -> Iterator[Any]:
+        """Lines -> batches. Buffering is linear (one bytearray, scanned once, compacted
+        once per pass) and bounded by ``max_line_bytes``; the idle hook (stop signals) runs at
+        least every ``poll_interval`` even while bytes keep coming; the idle clock runs only
+        while waiting for data (not while the consumer trains on a yielded batch)."""
+        lines = _Lines(self.max_line_bytes)
+        rows: list[tuple] = []
+        first_at = 0.0
+        last_data = last_hook = time.monotonic()
+        eof = False
+        while True:
+            while len(rows) < self.batch_size:  # complete lines in hand -> records
+                line = lines.pop()
+                if line is None:
+                    break
+                if not line.strip():
+                    continue
+                offset += 1
+                if len(line) > self.max_line_bytes:
+                    row = self._oversized(offset - 1, line)
+                else:
+                    row = self._parse(line, offset - 1)
+                if row is not None:
                     if not rows:
                         first_at = time.monotonic()
                     rows.append(row)
-                now = time.monotonic()
-                flush = len(rows) >= self.batch_size or (
-                    rows and self.linger_s is not None and now - first_at >= self.linger_s
-                )
-                if flush or (eof and rows):
-                    yield self._emit(rows, offset)
-                    rows = []
+            head = lines.compact()
+            if head is not None:  # a line over the limit began: dead-letter it, drop the rest
+                self._oversized(offset, head)
+                offset += 1
+            now = time.monotonic()
+            flush = len(rows) >= self.batch_size or (
+                rows and self.linger_s is not None and now - first_at >= self.linger_s
+            )
+            if flush or (eof and rows):
+                t_out = time.monotonic()
+                yield self._emit(rows, offset)
+                last_data += time.monotonic() - t_out  # training time is not idle time
+                last_hook = time.monotonic()
+                rows = []
+                continue
+            if eof:
+                if lines.finish():  # a last line without newline
                     continue
-                if eof:
-                    if pending.strip():  # a last line without newline
-                        pending += b"\n"
-                        continue
+                return
+            if self.max_idle_s is not None and now - last_data >= self.max_idle_s:
+                self.end_reason = "idle_timeout"
+                eof = True
+                continue
+            if now - last_hook >= self.poll_interval:
+                last_hook = now
+                if self._idle():
+                    self.end_reason = "stopped"
                     return
-                if self.max_idle_s is not None and now - last_data >= self.max_idle_s:
-                    eof = True
-                    continue
-                try:
-                    chunk = sock.recv(1 << 16)
-                except TimeoutError:
-                    if self._idle():
-                        return
-                    continue
-                except OSError as exc:
-                    log.warning("SocketSource: connection error: %s; ending the stream.", exc)
-                    eof = True
-                    continue
-                if not chunk:
-                    eof = True
-                    continue
-                last_data = time.monotonic()
-                pending += chunk
-        finally:
-            sock.close()
+            try:
+                chunk = sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                log.warning("SocketSource: connection error: %s; ending the stream.", exc)
+                self.end_reason = (
+                    "connection_reset" if isinstance(exc, ConnectionError) else "connection_error"
+                )
+                eof = True
+                continue
+            if not chunk:
+                self.end_reason = self.end_reason or "source_exhausted"
+                eof = True
+                continue
+            last_data = time.monotonic()
+            lines.buf += chunk
+
+    def _oversized(self, pos: int, head: bytes | bytearray) -> None:
+        self.dead_letter.write(
+            {"offset": pos},
+            f"line longer than max_line_bytes={self.max_line_bytes} (dropped)",
+            bytes(head[:4096]),
+        )
+        return None
+
+    def _parse(self, line: bytes, pos: int) -> tuple | None:
+        try:
+            return self.schema.parse_json(line)
+        except (ValueError, OverflowError) as exc:
+            self.dead_letter.write({"offset": pos}, str(exc), line)
+            return None
 
     def _emit(self, rows: list[tuple], offset: int) -> Any:
         self._cursor = {"offset": offset}
         self.records_read += len(rows)
         self.batches_read += 1
         return self.schema.to_batch(self.schema.rows_to_columns(rows))
+
+
+class _Lines:
+    """Received bytes -> complete lines, in linear time and bounded memory.
+
+    One bytearray, searched for newlines from where the last search stopped and compacted
+    once per pass; a line growing past ``limit`` bytes is cut: :meth:`compact` returns its
+    head once (to dead-letter) and the rest is dropped as it arrives, up to its newline.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.start = 0  # start of the current line
+        self.scan = 0  # where the newline search resumes
+        self.skipping = False  # dropping the rest of an oversized line
+
+    def pop(self) -> bytes | None:
+        """The next complete line (without its newline), or None."""
+        while True:
+            nl = self.buf.find(b"\n", self.scan)
+            if nl < 0:
+                self.scan = len(self.buf)
+                return None
+            line = bytes(self.buf[self.start : nl])
+            self.start = self.scan = nl + 1
+            if not self.skipping:
+                return line
+            self.skipping = False  # that was the tail of an oversized line
+
+    def compact(self) -> bytes | None:
+        """Drop consumed bytes; the head of a new oversized line, if one just began."""
+        if self.start:
+            del self.buf[: self.start]
+            self.scan -= self.start
+            self.start = 0
+        head = None
+        if self.scan == len(self.buf) and (self.skipping or len(self.buf) > self.limit):
+            if not self.skipping:
+                head = bytes(self.buf[:4096])
+            self.skipping = True
+            self.buf.clear()
+            self.scan = 0
+        return head
+
+    def finish(self) -> bool:
+        """At the end of the stream: terminate a last line without newline (True if any)."""
+        if self.buf.strip() and not self.skipping:
+            self.buf += b"\n"
+            return True
+        return False

@@ -1,6 +1,7 @@
 """DDP over a stream (2 CPU processes, gloo): ranks whose shards hold different numbers of
-batches still step the same number of times and finish, without the known hang; consumed files
-are deleted per shard once a checkpoint covers them."""
+batches step the same number of times (a dry rank on zero-weight fillers) until every record
+is trained, without the known hang; consumed files are deleted per shard once a checkpoint
+covers them."""
 
 from __future__ import annotations
 
@@ -91,26 +92,31 @@ def _run_two_ranks(tmp_path: Path, extra: list[str]) -> list[dict]:
     return [json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0]) for _, out, _ in outs]
 
 
-def test_ddp_on_an_uneven_stream_finishes_with_equal_steps(tmp_path):
+def test_ddp_on_an_uneven_finite_stream_trains_every_record_once(tmp_path):
+    """#18 item 12: rank 1's shard (2 files) runs dry first; it steps on zero-weight fillers
+    until rank 0's 5 files are trained, so every record is trained exactly once and both
+    ranks end with the stream exhausted (before: rank 0's last 3 files were never trained and
+    a restart trained 0 steps)."""
     data, ckpt = tmp_path / "data", tmp_path / "ckpt"
     names = _uneven_files(data, per_shard=(5, 2), per_file=10)
     summaries = _run_two_ranks(tmp_path, ["--delete-consumed"])
-    # every rank stepped twice: the short shard (2 files) bounds both
-    assert [s["steps"] for s in summaries] == [2, 2]
-    assert summaries[0]["stop_reason"] == "peer_stopped"
-    assert summaries[1]["stop_reason"] == "source_exhausted"
-    logs = [(tmp_path / f"trained.log.rank{r}").read_text().splitlines() for r in (0, 1)]
-    assert [len(x) for x in logs] == [2, 2]
-    # the checkpoint holds both ranks' cursors: rank 0's 3 untrained files stay unconsumed
+    assert [s["steps"] for s in summaries] == [5, 5]  # equal steps: fillers on rank 1
+    assert [s["records"] for s in summaries] == [50, 20]
+    assert [s["stop_reason"] for s in summaries] == ["source_exhausted"] * 2
+    logs = [[line.split()[1:] for line in (tmp_path / f"trained.log.rank{r}").read_text()
+             .splitlines()] for r in (0, 1)]
+    assert [len(x) for x in logs] == [5, 5]
+    assert [len(ids) for ids in logs[1]] == [10, 10, 0, 0, 0]  # callbacks see empty fillers
+    trained = [int(i) for rank in logs for ids in rank for i in ids]
+    assert len(trained) == len(set(trained)) == 70  # every record once
     state = torch.load(list_checkpoints(ckpt)[-1], weights_only=False)
     cursors = state["online"]["cursors"]
-    assert state["online"]["world_size"] == 2 and state["online"]["step"] == 2
-    assert cursors[0]["done"] == sorted(names[0])[:2]
+    assert state["online"]["world_size"] == 2 and state["online"]["step"] == 5
+    assert cursors[0]["done"] == sorted(names[0])
     assert cursors[1]["done"] == sorted(names[1])
-    # delete_consumed under DDP: each rank deleted the files of its shard that the final
-    # checkpoint counts as consumed; rank 0's untrained files are all still there
-    left = sorted(p.name for p in data.iterdir() if p.name.startswith("part-"))
-    assert left == sorted(names[0])[2:]
+    # delete_consumed under DDP: each rank deleted the files of its shard once a checkpoint
+    # counted them as consumed: all of them
+    assert sorted(p.name for p in data.iterdir() if p.name.startswith("part-")) == []
 
 
 def test_ddp_validation_on_held_out_windows_of_an_uneven_stream(tmp_path):
@@ -120,13 +126,13 @@ def test_ddp_validation_on_held_out_windows_of_an_uneven_stream(tmp_path):
     names = _uneven_files(tmp_path / "data", per_shard=(5, 2), per_file=10)
     assert len(names[1]) == 2
     summaries = _run_two_ranks(tmp_path, ["--valid-every", "1"])
-    assert [s["steps"] for s in summaries] == [2, 2]
+    assert [s["steps"] for s in summaries] == [5, 5]  # rank 1 steps on fillers after 2
     evals = [(tmp_path / f"trained.log.rank{r}.eval").read_text().splitlines() for r in (0, 1)]
     # one validation per step on both ranks, with the same (reduced) values on both; each
     # line starts with the number of batches that rank evaluated
-    assert len(evals[0]) == len(evals[1]) == 2
+    assert len(evals[0]) == len(evals[1]) == 4  # at step 5 no rank has a batch to hold out
     counts = [[int(line.split()[0]) for line in e] for e in evals]
-    assert counts == [[1, 1], [1, 0]]  # the second time, rank 1 had nothing to hold out
+    assert counts == [[1, 1, 1, 1], [1, 0, 0, 0]]  # rank 1 ran dry after its first step
     values = [[line.split(None, 1)[1] for line in e] for e in evals]
     assert values[0] == values[1]
     assert all("auc=" in v and "loss=" in v for v in values[0])

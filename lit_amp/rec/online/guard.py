@@ -1,0 +1,107 @@
+"""The non-finite guard: a NaN / inf gradient never reaches the parameters of an online run.
+
+One hostile batch (a value that overflows in the forward pass, a record that slipped past a
+custom source's validation) makes the loss and the gradients NaN; one optimizer step with
+them turns every parameter NaN, and every later publish serves NaN. :class:`NonFiniteGuard`
+hooks the optimizer's ``step`` (``register_step_pre_hook``, so it covers Lightning's manual
+and fast paths alike): when any gradient is non-finite, every gradient is dropped
+(``grad = None``; torch's optimizers skip parameters without a gradient) and the step is
+counted as skipped, as loss scaling skips an overflowing step. Under DDP the gradients are
+already all-reduced, so every rank skips the same step.
+
+:func:`first_nonfinite` is the last line: checkpoints and published weights are never written
+with a non-finite value in them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+__all__ = ["NonFiniteGuard", "first_nonfinite"]
+
+log = logging.getLogger(__name__)
+
+
+def _finite(t: torch.Tensor) -> torch.Tensor:
+    if t.is_sparse:
+        t = t.coalesce().values()
+    return torch.isfinite(t).all()
+
+
+def first_nonfinite(module: torch.nn.Module) -> str | None:
+    """The name of the first floating-point parameter or buffer holding NaN / inf, or None.
+
+    Example:
+        >>> net = torch.nn.Linear(2, 1)
+        >>> first_nonfinite(net) is None
+        True
+        >>> with torch.no_grad():
+        ...     _ = net.bias.fill_(float("nan"))
+        >>> first_nonfinite(net)
+        'bias'
+    """
+    import itertools
+
+    # named_parameters / named_buffers visit each tensor once, even in a module graph with
+    # shared or cyclic references (state_dict() would recurse)
+    for name, t in itertools.chain(module.named_parameters(), module.named_buffers()):
+        if t.is_floating_point() and not bool(_finite(t.detach())):
+            return name
+    return None
+
+
+class NonFiniteGuard:
+    """Drops an optimizer step whose gradients hold NaN / inf (see the module docstring).
+
+    Args:
+        optimizers: the torch optimizers to guard.
+
+    Example:
+        >>> net = torch.nn.Linear(2, 1)
+        >>> opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        >>> guard = NonFiniteGuard([opt])
+        >>> net(torch.tensor([[float("inf"), 1.0]])).sum().backward()
+        >>> w = net.weight.detach().clone()
+        >>> opt.step()
+        >>> torch.equal(w, net.weight), guard.skipped
+        (True, 1)
+        >>> guard.remove()
+    """
+
+    def __init__(self, optimizers: list[Any]) -> None:
+        self.skipped = 0
+        self._handles = [
+            opt.register_step_pre_hook(self._pre_step)
+            for opt in optimizers
+            if callable(getattr(opt, "register_step_pre_hook", None))
+        ]
+
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not params:
+            return
+        flags = [_finite(p.grad) for p in params]
+        try:
+            ok = bool(torch.stack(flags).all())  # one device sync
+        except RuntimeError:  # parameters on several devices
+            ok = all(bool(f) for f in flags)
+        if ok:
+            return
+        for p in params:
+            p.grad = None
+        self.skipped += 1
+        if self.skipped <= 10 or self.skipped % 1000 == 0:
+            log.warning(
+                "online_train: a gradient holds NaN or inf; the optimizer step is skipped "
+                "(%d skipped so far) so that the parameters stay finite.",
+                self.skipped,
+            )
+
+    def remove(self) -> None:
+        """Unhook the optimizers."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []

@@ -1,0 +1,190 @@
+"""#18 items 1-2: one hostile record is dead-lettered on its own and never reaches the model.
+
+A dense value finite in JSON but not in float32 (1e39), an id or categorical id outside int64,
+in every source: the row goes to the dead-letter file with its reason, its neighbours are
+trained, the weights and what is published stay finite.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from lit_amp.rec import PublishOptions, StopOptions
+from lit_amp.rec.publish import load_published
+from lit_amp.rec.sources import DirectorySource, SocketSource, write_shard
+from tests.faults._servers import LineServer, line, record
+from tests.rec._helpers import make_model
+
+POISON = {
+    "dense_overflows_float32": {"dense": [1e39] + [1.0] * 12},
+    "id_over_int64": {"id": 2**63},
+    "cat_over_int64": {"cat": [2**64 + 5] + [1] * 25},
+    "dense_int_over_float64": {"dense": [10**400] + [1.0] * 12},
+}
+
+
+def _jsonl(n: int, poison_at: dict[int, dict]) -> bytes:
+    return b"".join(line(record(i, **poison_at.get(i, {}))) for i in range(n))
+
+
+def ids_of(batches) -> list[int]:
+    return [i for f, _ in batches for i in f["record_id"].tolist()]
+
+
+def _dead(path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_directory_source_dead_letters_each_poison_row_alone(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    poison = {2: POISON["dense_overflows_float32"], 5: POISON["id_over_int64"],
+              7: POISON["cat_over_int64"], 8: POISON["dense_int_over_float64"]}
+    (data / "part-000000.jsonl").write_bytes(_jsonl(10, poison))
+    src = DirectorySource(data, batch_size=4, max_idle_s=0)
+    batches = list(src)
+    assert ids_of(batches) == [0, 1, 3, 4, 6, 9]  # the neighbours are all read
+    for f, _ in batches:
+        assert torch.isfinite(f["dense"]).all()
+    dead = _dead(data / "_dead_letter.jsonl")
+    assert [d["position"] for d in dead] == [{"file": "part-000000.jsonl", "row": r}
+                                            for r in (2, 5, 7, 8)]
+    assert "float32" in dead[0]["error"] and "int64" in dead[1]["error"]
+    assert "int64" in dead[2]["error"]
+
+
+def test_directory_source_npz_overflowing_values_dead_lettered_alone(tmp_path):
+    n = 6
+    cols = {
+        "id": np.arange(n, dtype=np.uint64),
+        "label": np.zeros(n, dtype=np.float64),
+        "dense": np.ones((n, 13), dtype=np.float64),
+        "cat": np.ones((n, 26), dtype=np.uint64),
+    }
+    cols["dense"][1, 3] = 1e39  # finite in float64, inf in float32
+    cols["cat"][3, 0] = 2**63 + 1  # wraps negative in int64
+    cols["id"][4] = 2**64 - 1
+    write_shard(tmp_path, "part-0", cols, "npz")
+    src = DirectorySource(tmp_path, batch_size=10, max_idle_s=0)
+    assert ids_of(list(src)) == [0, 2, 5]
+    assert [d["position"]["row"] for d in _dead(tmp_path / "_dead_letter.jsonl")] == [1, 3, 4]
+
+
+def test_socket_source_dead_letters_poison_rows_and_keeps_going(tmp_path):
+    poison = {1: POISON["dense_overflows_float32"], 3: POISON["id_over_int64"],
+              4: POISON["cat_over_int64"]}
+    server = LineServer(_jsonl(8, poison))
+    try:
+        dead = tmp_path / "dead.jsonl"
+        src = SocketSource("127.0.0.1", server.port, batch_size=3, dead_letter_path=dead)
+        assert ids_of(list(src)) == [0, 2, 5, 6, 7]  # no OverflowError, no lost neighbour
+        assert [d["position"] for d in _dead(dead)] == [{"offset": 1}, {"offset": 3},
+                                                        {"offset": 4}]
+        assert src.state_dict() == {"offset": 8}
+    finally:
+        server.close()
+
+
+def test_online_train_with_a_poison_row_publishes_finite_weights(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for k in range(3):
+        poison = {5: POISON["dense_overflows_float32"]} if k == 1 else {}
+        (data / f"part-{k:06d}.jsonl").write_bytes(_jsonl(20, poison))
+    model = make_model()
+    summary = model.online_train(
+        DirectorySource(data, batch_size=8, max_idle_s=0), dataset_sink_mode=False,
+        publish=PublishOptions(tmp_path / "pub", publish_every_n_steps=1),
+    )
+    assert summary.records == 59 and summary.stop_reason == "source_exhausted"
+    served = load_published(tmp_path / "pub")["network"]
+    assert all(torch.isfinite(v).all() for v in served.values() if v.is_floating_point())
+    assert all(torch.isfinite(p).all() for p in model._network.parameters())
+
+
+class _Batches:
+    """A plain iterable of batches (no validation at the record boundary)."""
+
+    def __init__(self, batches) -> None:
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+
+def _batch(dense_value: float, n: int = 8):
+    dense = torch.full((n, 13), dense_value)
+    cat = torch.arange(n * 26).reshape(n, 26) % 64
+    return {"dense": dense, "cat": cat, "record_id": torch.arange(n)}, torch.ones(n)
+
+
+def test_non_finite_gradient_never_reaches_the_parameters(tmp_path):
+    model = make_model()
+    net = model._network
+    batches = [_batch(0.5), _batch(float("inf")), _batch(0.5)]
+    before = {}
+
+    from lit_amp.callbacks import Callback
+
+    class Snap(Callback):
+        def on_train_step_begin(self, rc):
+            before[int(rc.original_args().cur_step_num)] = [p.detach().clone()
+                                                            for p in net.parameters()]
+
+    summary = model.online_train(
+        _Batches(batches), callbacks=[Snap()], dataset_sink_mode=False,
+        stop=StopOptions(max_steps=3),
+        publish=PublishOptions(tmp_path / "pub", publish_every_n_steps=1),
+    )
+    after_bad = before[3]  # parameters when step 3 began = after step 2 (the inf batch)
+    assert all(torch.equal(a, b) for a, b in zip(before[2], after_bad))  # step 2 skipped
+    assert all(torch.isfinite(p).all() for p in net.parameters())
+    assert summary.skipped_steps == 1 and summary.steps == 3
+    served = load_published(tmp_path / "pub")["network"]
+    assert all(torch.isfinite(v).all() for v in served.values() if v.is_floating_point())
+
+
+def test_non_finite_weights_are_never_published_or_checkpointed(tmp_path):
+    import pytest
+
+    from lit_amp.callbacks import Callback
+    from lit_amp.rec import CheckpointOptions
+    from lit_amp.rec.publish import latest_checkpoint
+
+    model = make_model()
+    net = model._network
+
+    class Break(Callback):  # weights going NaN by a path the gradient guard cannot see
+        def on_train_step_end(self, rc):
+            if rc.original_args().cur_step_num == 2:
+                with torch.no_grad():
+                    next(net.parameters()).fill_(float("nan"))
+
+    with pytest.raises(RuntimeError, match="non-finite value"):
+        model.online_train(
+            _Batches([_batch(0.5)] * 4), callbacks=[Break()], dataset_sink_mode=False,
+            publish=PublishOptions(tmp_path / "pub", publish_every_n_steps=1),
+            checkpoint=CheckpointOptions(tmp_path / "ckpt", ckpt_every_n_steps=1),
+        )
+    served = load_published(tmp_path / "pub")
+    assert served["step"] == 1
+    assert all(torch.isfinite(v).all() for v in served["network"].values()
+               if v.is_floating_point())
+    assert latest_checkpoint(tmp_path / "ckpt")[1]["online"]["step"] == 1
+
+
+def test_kafka_source_dead_letters_poison_rows_alone(tmp_path):
+    from lit_amp.rec.sources import KafkaSource
+    from tests.rec.sources.test_other_sources import FakeConsumer
+
+    rows = [line(record(i, **over)).rstrip(b"\n") for i, over in enumerate(
+        [{}, POISON["dense_overflows_float32"], POISON["id_over_int64"], {},
+         POISON["dense_int_over_float64"], {}])]
+    dead = tmp_path / "dead.jsonl"
+    src = KafkaSource("t", batch_size=10, consumer_factory=lambda: FakeConsumer({0: rows}),
+                      max_idle_s=0.2, dead_letter_path=dead)
+    assert ids_of(list(src)) == [0, 3, 5]
+    assert src.malformed == 3
