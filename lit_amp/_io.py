@@ -218,8 +218,14 @@ def load_checkpoint(
         The checkpoint dict.
 
     Raises:
+        TypeError: ``ckpt_file_name`` is not a str path.
         ValueError: the file does not exist or is not a checkpoint.
     """
+    if not isinstance(ckpt_file_name, (str, os.PathLike)):
+        raise TypeError(
+            f"load_checkpoint: 'ckpt_file_name' must be a str path, but got "
+            f"{ckpt_file_name!r} of type {type(ckpt_file_name).__name__}."
+        )
     path = os.fspath(ckpt_file_name)
     if not os.path.isfile(path):
         raise ValueError(f"load_checkpoint: 'ckpt_file_name' {path!r} does not exist.")

@@ -94,6 +94,19 @@ def _state_dict_of(obj: Any) -> dict[str, Tensor]:
     raise ValueError(f"unsupported checkpoint content {type(obj).__name__}")
 
 
+def _load_weights_only(path: str) -> Any:
+    """``torch.load(weights_only=True)``: a crafted file cannot run code while it is read."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle.UnpicklingError, a truncated zip, ...
+        raise ValueError(
+            f"DimReduce: checkpoint {path!r} in 'weight_load_dir' could not be read as tensors "
+            f"and plain containers (torch.load weights_only=True: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). Only weight files are read "
+            "there; re-save it with lit_amp.save_checkpoint or torch.save(model.state_dict())."
+        ) from exc
+
+
 def load_weight_vectors(weight_load_dir: str | os.PathLike, network: nn.Module) -> Tensor:
     """Flattened trainable weights of ``network`` from every ``.ckpt`` file in a directory.
 
@@ -101,7 +114,9 @@ def load_weight_vectors(weight_load_dir: str | os.PathLike, network: nn.Module) 
         ``[files, n]`` float32, the parameters in ``network.named_parameters()`` order.
 
     Raises:
-        ValueError: not a directory, no ``.ckpt`` file, or a file lacks a parameter.
+        ValueError: not a directory, no ``.ckpt`` file, a file that is not a plain weights
+            file (anything beyond tensors and containers is refused unread), or a file lacks
+            a parameter.
     """
     d = os.fspath(weight_load_dir)
     if not os.path.isdir(d):
@@ -114,7 +129,7 @@ def load_weight_vectors(weight_load_dir: str | os.PathLike, network: nn.Module) 
     names = [n for n, p in network.named_parameters() if p.requires_grad]
     rows = []
     for f in files:
-        sd = _state_dict_of(torch.load(os.path.join(d, f), map_location="cpu", weights_only=False))
+        sd = _state_dict_of(_load_weights_only(os.path.join(d, f)))
         vec = []
         for n in names:
             t = sd.get(n, sd.get(f"network.{n}"))
@@ -146,7 +161,14 @@ def get_pca_matrix(
     if not distributed or dist.get_rank() == 0:
         path = os.fspath(pca_mat_path) if pca_mat_path is not None else None
         if path is not None and os.path.isfile(path) and path.endswith(".npy"):
-            mat = torch.as_tensor(np.load(path), dtype=torch.float32)
+            try:
+                arr = np.load(path, allow_pickle=False)  # an object array would run code
+            except ValueError as exc:
+                raise ValueError(
+                    f"DimReduce: 'pca_mat_path' {path!r} is not a plain numeric .npy array "
+                    f"({exc}); save it with np.save(path, matrix.astype('float32'))."
+                ) from exc
+            mat = torch.as_tensor(arr, dtype=torch.float32)
         else:
             if weight_load_dir is None:
                 raise ValueError(

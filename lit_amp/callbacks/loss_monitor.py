@@ -11,6 +11,31 @@ from lit_amp.callbacks.base import Callback, RunContext
 __all__ = ["LossMonitor"]
 
 
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _invalid_loss_ranks(invalid: bool) -> list[int]:
+    """The ranks whose loss is NaN/Inf at this step, agreed by all ranks (one all-reduce).
+
+    Without an initialised multi-process ``torch.distributed`` group: ``[0]`` or ``[]``.
+    """
+    if not _distributed():
+        return [0] if invalid else []
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    flags = torch.zeros(dist.get_world_size(), dtype=torch.int32, device=device)
+    flags[dist.get_rank()] = int(invalid)
+    dist.all_reduce(flags, op=dist.ReduceOp.SUM)
+    return [r for r, f in enumerate(flags.tolist()) if f]
+
+
 class LossMonitor(Callback):
     """Print the loss during training, and the evaluation metrics at each epoch end of ``fit``.
 
@@ -23,7 +48,11 @@ class LossMonitor(Callback):
     A NaN or Inf loss raises ValueError, which terminates training. MindSpore skips this check
     under loss scaling (tuple outputs); lit_amp checks there too (see ``docs/differences.md``).
 
-    Printing happens on global rank 0 only; the NaN check runs on every rank.
+    Printing happens on global rank 0 only. Under ``torch.distributed`` (DDP) the ranks decide
+    together: every step end all-reduces one flag per rank, and when any rank's loss is NaN/Inf
+    every rank raises the ValueError (naming the ranks) at the same step, so no rank is left
+    waiting in a collective for a rank that has stopped. Every rank must therefore run the
+    same number of step ends (as DDP's equal-length samplers guarantee).
 
     Args:
         per_print_times: print every this many steps; 0 never prints the loss.
@@ -61,7 +90,7 @@ class LossMonitor(Callback):
         """Check the loss for NaN/Inf and print it every ``per_print_times`` steps.
 
         Raises:
-            ValueError: the loss is NaN or Inf.
+            ValueError: the loss is NaN or Inf (on any rank under torch.distributed).
         """
         cb = run_context.original_args()
         cur_epoch = cb.get("cur_epoch_num", 1)
@@ -69,10 +98,13 @@ class LossMonitor(Callback):
         batch_num = int(cb.get("batch_num", 0) or 0)
         step_in_epoch = (cur_step - 1) % batch_num + 1 if batch_num > 0 else cur_step
         loss = handle_loss(cb.get("net_outputs"))
-        if loss is not None and not is_finite(loss):
+        invalid = loss is not None and not is_finite(loss)
+        bad_ranks = _invalid_loss_ranks(invalid)
+        if bad_ranks:
+            where = f" on rank(s) {bad_ranks} (all ranks stop)" if _distributed() else ""
             raise ValueError(
-                f"epoch: {cur_epoch} step: {step_in_epoch}. Invalid loss {loss}, "
-                "terminating training."
+                f"epoch: {cur_epoch} step: {step_in_epoch}. Invalid loss "
+                f"{loss if invalid else 'nan/inf'}{where}, terminating training."
             )
         if self._per_print_times == 0:
             return

@@ -28,7 +28,10 @@ class OnRequestExit(Callback):
     the previous handler, which it puts back at train (eval) end. Handlers can only be installed
     from the main thread; elsewhere a warning is logged and signals are not caught. At train
     begin, if ``{directory}/{file_name}_train.ckpt`` exists it is loaded into
-    ``cb_params.train_network`` (resuming an interrupted run). Once flagged, ``request_stop`` is
+    ``cb_params.train_network`` (resuming an interrupted run), unless a ``BackupAndRestore``
+    is among the run's callbacks: that one then resumes the run exactly (weights, epoch,
+    position within the epoch, random state), and a possibly older file of this callback must
+    not replace its backup. Once flagged, ``request_stop`` is
     called at every step end and epoch end; at train end ``{file_name}_train.ckpt`` is saved (the
     network, optimizer and loss-scale state, via :func:`lit_amp.save_checkpoint`).
     Evaluation mirrors this with ``{file_name}_eval.ckpt`` (loaded into ``cb_params.network``
@@ -145,6 +148,12 @@ class OnRequestExit(Callback):
         path = f"{self.train_file_path}.ckpt"
         if self.save_ckpt and os.path.isfile(path):
             cb = run_context.original_args()
+            if any(type(c).__name__ == "BackupAndRestore" for c in cb.get("list_callback") or ()):
+                # BackupAndRestore resumes the run (weights, epoch, position and random state);
+                # this file may be older than its backup and would silently replace it
+                log.info("OnRequestExit: BackupAndRestore resumes this run; %s is not loaded.",
+                         path)
+                return
             target = cb.get("train_network")
             if target is None:
                 target = cb.get("network")

@@ -36,7 +36,8 @@ def test_backup_and_restore_resume_after_crash(tmp_path: Any) -> None:
     backup = tmp_path / "backup.ckpt"
     assert backup.is_file()  # train end never ran: the backup survives
     info = load_checkpoint(str(backup))["append_info"]
-    assert info == {"epoch_num": 2, "step_num": 6}
+    assert {k: info[k] for k in ("epoch_num", "step_num", "step_in_epoch")} == {
+        "epoch_num": 2, "step_num": 6, "step_in_epoch": 0}
 
     fresh, fresh_opt = make_net(seed=9)
     cb2 = BackupAndRestore(str(tmp_path), save_freq=2)
@@ -106,3 +107,62 @@ def test_backup_and_restore_bad_arguments(
     kwargs.setdefault("backup_dir", str(tmp_path))
     with pytest.raises(exc, match=name):
         BackupAndRestore(**kwargs)
+
+
+def _stop_at(epoch: int, step: int) -> LambdaCallback:
+    def stop(rc: RunContext) -> None:
+        cb = rc.original_args()
+        if (cb.cur_epoch_num, (cb.cur_step_num - 1) % cb.batch_num + 1) == (epoch, step):
+            rc.request_stop()
+
+    return LambdaCallback(on_train_step_end=stop)
+
+
+def test_a_stop_mid_epoch_is_not_an_epoch_end(tmp_path: Any) -> None:
+    """A stop at epoch 3 step 2 of 4 records 2 epochs done + 2 batches, and keeps the file."""
+    net, opt = make_net()
+    cb = BackupAndRestore(str(tmp_path))
+    run = simulate_train([cb, _stop_at(3, 2)], epochs=5, batches=4, net=net, opt=opt)
+    assert run.epochs_run == [1, 2, 3]
+    backup = tmp_path / "backup.ckpt"
+    assert backup.is_file()  # kept: the run did not reach its last epoch
+    state = load_checkpoint(str(backup))
+    assert state["append_info"]["epoch_num"] == 2  # epoch 3 is NOT complete
+    assert state["append_info"]["step_in_epoch"] == 2
+    assert same(state["network"], weights(net))  # the weights at the stop
+
+    fresh, fresh_opt = make_net(seed=9)
+    cb2 = BackupAndRestore(str(tmp_path))
+    assert cb2.restore(TrainNet(fresh, fresh_opt)) == 2
+    batches = [(torch.full((1, 4), float(i)), torch.zeros(1, 2)) for i in range(4)]
+    rest = list(cb2.prepare_dataset(batches, False, 2))
+    assert [float(b[0][0, 0]) for b in rest] == [2.0, 3.0]  # batches 1-2 are not trained again
+
+
+@pytest.mark.parametrize("how", ["sink", "ddp"])
+def test_a_stop_mid_epoch_without_exact_resume_keeps_the_epoch_backup(
+    tmp_path: Any, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Several processes: the epoch-2 backup stays, a warning says so. Sink: epoch 3 is done."""
+    cb = BackupAndRestore(str(tmp_path))
+
+    class Ddp(LambdaCallback):
+        def on_train_begin(self, run_context: RunContext) -> None:
+            run_context.original_args().device_number = 2
+
+    extra = [Ddp()] if how == "ddp" else []
+    kw = {"sink_size": 2} if how == "sink" else {"batches": 4}
+
+    def stop(rc: RunContext) -> None:
+        if rc.original_args().cur_epoch_num == 3:
+            rc.request_stop()
+
+    with caplog.at_level("WARNING"):
+        simulate_train([*extra, cb, LambdaCallback(on_train_step_end=stop)], epochs=5, **kw)
+    info = load_checkpoint(str(tmp_path / "backup.ckpt"))["append_info"]
+    if how == "sink":  # the stop came at the end of the sink, which is the whole epoch
+        assert info["epoch_num"] == 3 and info["step_in_epoch"] == 0
+        assert "again from its start" not in caplog.text
+    else:
+        assert info["epoch_num"] == 2 and info["step_in_epoch"] == 0
+        assert "trains epoch 3 again from its start" in caplog.text

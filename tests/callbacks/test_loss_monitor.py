@@ -100,3 +100,78 @@ def test_loss_monitor_new_run_restarts_counter(capsys: pytest.CaptureFixture) ->
 def test_loss_monitor_bad_argument(value: Any, exc: type) -> None:
     with pytest.raises(exc, match="per_print_times"):
         LossMonitor(value)
+
+
+def _nan_on_one_rank_worker(rank: int, world: int) -> tuple[list[int], str]:
+    """Rank 1's loss is NaN at step 2 only; both ranks must stop at that same step."""
+    from lit_amp.callbacks.base import RunContext
+
+    lm = LossMonitor(0)
+    steps_done = []
+    for step in range(1, 4):
+        loss = float("nan") if (rank, step) == (1, 2) else 0.5
+        rc = RunContext({"cur_epoch_num": 1, "cur_step_num": step, "batch_num": 3,
+                         "net_outputs": torch.tensor(loss), "rank": rank})
+        try:
+            lm.on_train_step_end(rc)
+        except ValueError as exc:
+            return steps_done, str(exc)
+        steps_done.append(step)
+    return steps_done, ""
+
+
+def test_loss_monitor_nan_on_one_rank_stops_every_rank_together() -> None:
+    from tests.helpers.dist import run_distributed
+
+    (done0, msg0), (done1, msg1) = run_distributed(_nan_on_one_rank_worker, world=2)
+    assert done0 == done1 == [1]  # both stopped at step 2, neither went on alone
+    assert "rank(s) [1]" in msg0 and "rank(s) [1]" in msg1
+    assert "epoch: 1 step: 2. Invalid loss nan/inf" in msg0  # rank 0's own loss was finite
+    assert "Invalid loss nan on rank(s) [1]" in msg1
+
+
+class _NanOnRank1(torch.nn.Module):
+    """Cross-entropy whose 3rd value on rank 1 is NaN (one bad batch on one rank)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.ce = torch.nn.CrossEntropyLoss()
+
+    def forward(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        self.calls += 1
+        loss = self.ce(out, y)
+        if dist.is_initialized() and dist.get_rank() == 1 and self.calls == 3:
+            loss = loss * float("nan")
+        return loss
+
+
+def _ddp_model_worker(rank: int, world: int) -> str:
+    from datetime import timedelta
+
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from lit_amp import Model
+    from tests.helpers.data import make_batches, make_net
+
+    torch.manual_seed(0)
+    net = make_net()
+    # a short collective timeout: a rank left waiting fails the test instead of hanging it
+    strategy = DDPStrategy(timeout=timedelta(seconds=20))
+    model = Model(net, _NanOnRank1(), torch.optim.SGD(net.parameters(), 0.1),
+                  trainer={"accelerator": "cpu", "devices": 2, "strategy": strategy,
+                           "logger": False, "enable_checkpointing": False})
+    try:
+        model.train(3, make_batches(8), callbacks=[LossMonitor(0)])
+    except ValueError as exc:
+        return str(exc)
+    return "trained on"
+
+
+def test_loss_monitor_under_lightning_ddp_stops_both_ranks_at_the_bad_step() -> None:
+    from tests.helpers.dist import run_distributed
+
+    messages = run_distributed(_ddp_model_worker, world=2, init_group=False)
+    assert all("epoch: 1 step: 3. Invalid loss" in m and "rank(s) [1]" in m for m in messages)

@@ -103,3 +103,34 @@ def test_on_request_exit_bad_arguments(tmp_path: Any, kwargs: dict, exc: type, n
     kwargs.setdefault("directory", str(tmp_path))
     with pytest.raises(exc, match=name):
         OnRequestExit(**kwargs)
+
+
+def test_on_request_exit_leaves_resuming_to_backup_and_restore(tmp_path: Any) -> None:
+    """An older ``Net_train.ckpt`` must not replace the newer backup BackupAndRestore restored."""
+    import torch
+    from torch import nn
+
+    from lit_amp import Model, save_checkpoint
+    from lit_amp.callbacks.backup_and_restore import BackupAndRestore
+    from tests.helpers.data import make_batches
+    from tests.helpers.data import make_net as mlp
+
+    def model(seed: int) -> Model:
+        torch.manual_seed(seed)
+        net = mlp()
+        return Model(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1),
+                     trainer={"logger": False, "enable_checkpointing": False})
+
+    old, new = model(1), model(2)  # an old SIGTERM checkpoint, a newer epoch-2 backup
+    save_checkpoint(old.lit_model, str(tmp_path / "exit" / "Net_train"))
+    save_checkpoint(new.lit_model, str(tmp_path / "bk" / "backup"), {"epoch_num": 2})
+    resumed = model(3)
+    seen: dict = {}
+    resumed.train(3, make_batches(2), callbacks=[
+        OnRequestExit(directory=str(tmp_path / "exit")),
+        BackupAndRestore(str(tmp_path / "bk")),
+        LambdaCallback(on_train_begin=lambda rc: seen.update(
+            {k: v.clone() for k, v in resumed.predict_network.state_dict().items()})),
+    ])
+    expected = new.predict_network.state_dict()
+    assert seen and all(torch.equal(seen[k], expected[k]) for k in expected)
