@@ -55,6 +55,17 @@ CONF_DIR: Path = Path(__file__).resolve().parent / "conf"
 #: Hydra's search path of that tree (found from an installed wheel, too).
 CONFIG_PATH = "pkg://lit_amp.cli.conf"
 
+def _exit_if_jobs_failed(failed: list[str], results: list[float | None]) -> None:
+    """Exit with status 1 after a sweep in which a job failed (its result.json says so)."""
+    nans = sum(1 for v in results if isinstance(v, float) and v != v)
+    if not failed and not nans:
+        return
+    which = f": job(s) {', '.join(failed)}" if failed else ""
+    print(f"lit-amp: {max(len(failed), nans)} of the sweep's jobs failed{which}; see their "
+          "result.json and the sweep's summary.md.", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
 def main(argv: Sequence[str] | None = None) -> float | None:
     """The ``lit-amp`` command (also ``python -m lit_amp``).
 
@@ -69,10 +80,24 @@ def main(argv: Sequence[str] | None = None) -> float | None:
 
     Raises:
         SystemExit: status 1 when Hydra reports an error (an unknown option, a bad value, a
-            failing run), status 0 after ``--help``.
+            failing run, an untrusted ``_target_``) or when any job of a ``-m`` sweep failed
+            (the others still ran and were summarized); status 0 after ``--help``.
     """
     import hydra
 
+    from lit_amp.cli.aliases import check_plugins, rewrite
+    from lit_amp.cli.instantiate import check_command_line
+
+    given = argv is not None
+    try:
+        argv, notes = rewrite(sys.argv[1:] if argv is None else list(argv))
+        check_plugins(argv)
+        check_command_line(argv)
+    except ConfigError as exc:
+        print(f"Error in the command line: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    for note in notes:
+        print(note, file=sys.stderr)
     results: list[float | None] = []
 
     def task(cfg: DictConfig) -> float | None:
@@ -84,14 +109,17 @@ def main(argv: Sequence[str] | None = None) -> float | None:
         results.append(value)
         return value
 
+    from lit_amp.cli import sweep_summary
+
     app = hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name=CONFIG_NAME)(task)
     saved = sys.argv
-    if argv is not None:
-        sys.argv = [saved[0] if saved else "lit-amp", *argv]
+    sys.argv = [saved[0] if saved else "lit-amp", *argv]
+    sweep_summary.last_failures.clear()
     try:
         app()
     finally:
         sys.argv = saved
-    if argv is None:
+    _exit_if_jobs_failed(list(sweep_summary.last_failures), results)
+    if not given:
         return None
     return results[-1] if results else None

@@ -18,17 +18,20 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping
+from enum import Enum
 from typing import Any
 
 import torch
 from hydra.errors import CompactHydraException
+from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpoint
 from lightning.pytorch.callbacks import ThroughputMonitor
 from omegaconf import DictConfig, ListConfig
 
-from lit_amp.cli.instantiate import instantiate
+from lit_amp.cli.console import piped
+from lit_amp.cli.instantiate import check_targets, instantiate
 from lit_amp.cli.schema import ConfigError, _name, _plain
 
-__all__ = ["Built", "build", "batch_size", "throughput_monitor"]
+__all__ = ["Built", "build", "batch_size", "hyperparameters", "throughput_monitor"]
 
 #: the most training batches Lightning's ThroughputMonitor averages over
 THROUGHPUT_WINDOW = 100
@@ -175,13 +178,63 @@ def _trainer_kwargs(cfg: DictConfig, make: Make) -> dict:
     else:
         kw = dict(_plain(node))
     kw = {k: v for k, v in kw.items() if v is not None}
+    if kw.get("enable_progress_bar") and piped():
+        kw["enable_progress_bar"] = False  # no redraw frames in a pipe: EpochLine prints instead
     loggers = [
-        make(n, f"logger.{k}")
+        _logger(n, k, make)
         for k, n in (cfg.get("logger") or {}).items()
         if n is not None and "_target_" in n
     ]
+    params = hyperparameters(cfg)
+    for lg in loggers:
+        lg.log_hyperparams(params)
     kw["logger"] = loggers if loggers else False
     return kw
+
+
+def _logger(node: Any, key: str, make: Make) -> Any:
+    """One logger; a missing package is named with the lit_amp extra that installs it."""
+    try:
+        return make(node, f"logger.{key}")
+    except Exception as exc:
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, ImportError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        extra = key if key in ("tensorboard", "wandb", "mlflow") else None
+        hint = f"pip install 'lit_amp[{extra}]'" if extra else "install its package"
+        raise ConfigError(
+            f"lit-amp: logger '{key}' ({node.get('_target_')}) needs a package that is not "
+            f"installed ({cause}): {hint}, or choose another logger (logger=csv)."
+        ) from exc
+
+
+def hyperparameters(cfg: DictConfig) -> dict:
+    """The run's configuration as the loggers' hyper-parameters (``hparams.yaml``).
+
+    Everything but Hydra's own node and ``paths``, resolved, plus ``tags``.
+
+    Args:
+        cfg: the composed config.
+
+    Returns:
+        A nested dict of plain values.
+    """
+    from omegaconf import OmegaConf
+
+    params: dict = {}
+    for key in cfg:
+        if key in ("hydra", "paths"):
+            continue
+        try:
+            value = _plain(cfg[key])
+            params[key] = _name(value) if isinstance(value, Enum) else value
+        except Exception:  # noqa: BLE001 - an interpolation that resolves only inside a run
+            node = cfg._get_node(key)
+            params[key] = (OmegaConf.to_container(node, resolve=False, enum_to_str=True)
+                           if isinstance(node, (DictConfig, ListConfig)) else str(node))
+    return params
 
 
 @contextlib.contextmanager
@@ -293,6 +346,9 @@ def build(cfg: DictConfig) -> Built:
     """
     _validate(cfg)
     trusted = [str(p) for p in (cfg.get("extra_trusted_targets") or [])]
+    for key in cfg:  # every target is checked before anything is built
+        if key != "hydra":
+            check_targets(cfg._get_node(key), trusted, str(key))
     online = _name(cfg.mode) == "online"
 
     def make(node: Any, key: str, *args: Any, **kw: Any) -> Any:
@@ -313,6 +369,8 @@ def build(cfg: DictConfig) -> Built:
         make(n, f"callbacks.{k}") for k, n in (cfg.get("callbacks") or {}).items() if n is not None
     ]
     trainer_kwargs = _trainer_kwargs(cfg, make)
+    if any(isinstance(cb, LightningModelCheckpoint) for cb in callbacks):
+        trainer_kwargs["enable_checkpointing"] = True  # Model's default (False) would refuse it
     if not online:
         callbacks.append(throughput_monitor(steps))
     parts = {"network": network, "loss_fn": loss_fn, "optimizer": optimizer, "metrics": metrics}

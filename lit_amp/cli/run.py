@@ -29,7 +29,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from lit_amp._io import atomic_write
-from lit_amp.cli.build import Built, build
+from lit_amp.cli.build import Built, _steps_per_epoch, build
+from lit_amp.cli.checkpoint import ResumeCallback, load_network, resume_state
+from lit_amp.cli.console import EpochLine, console_to_log, piped
 from lit_amp.cli.launch import ddp_children_in_job_dir, ddp_job_scope, spawn_sharing
 from lit_amp.cli.schema import ConfigError, _name, _plain
 
@@ -115,22 +117,66 @@ def _ckpt_info(callbacks: list) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _rank_steps_per_epoch(cfg: DictConfig, b: Built) -> int | None:
+    """Steps per epoch of one rank (data parallel splits the data), None when unknown."""
+    steps = _steps_per_epoch(cfg, b.train)
+    if steps is None or cfg.dataset_sink_mode:
+        return steps  # every rank runs sink_size steps per sink
+    devices, nodes = b.trainer_kwargs.get("devices", 1), b.trainer_kwargs.get("num_nodes", 1)
+    if isinstance(devices, (list, tuple)):
+        devices = len(devices)
+    if not isinstance(devices, int) or not isinstance(nodes, int) or devices < 1:
+        return None  # `auto`: the world size is known only once training starts
+    return math.ceil(steps / (devices * nodes))
+
+
+def _resume(cfg: DictConfig, b: Built) -> tuple[int, list]:
+    """``ckpt_path`` in train mode: load the weights, return the epoch and the resume callback."""
+    path = cfg.get("ckpt_path")
+    if not path:
+        return 0, []
+    path = str(path)
+    backups = [str(cb.backup_file) for cb in b.callbacks
+               if type(cb).__name__ == "BackupAndRestore" and os.path.isfile(str(cb.backup_file))]
+    if backups:
+        raise ConfigError(
+            f"lit-amp: ckpt_path={path!r} and the BackupAndRestore backup {backups[0]!r} both "
+            "say where training resumes; drop ckpt_path to continue from the backup, or use "
+            "another run directory (hydra.run.dir=...) to resume from ckpt_path."
+        )
+    state = load_network(path, b.network)
+    resume = resume_state(path, state, _rank_steps_per_epoch(cfg, b))
+    if resume.epoch >= int(cfg.epochs):
+        raise ConfigError(
+            f"lit-amp: ckpt_path={path!r} has already trained {resume.epoch} epoch(s) and "
+            f"epochs={cfg.epochs} is the final epoch: nothing to resume. Set epochs to more "
+            f"than {resume.epoch}, or use mode=eval to evaluate the checkpoint."
+        )
+    log.info("Resuming from %s after epoch %d.", path, resume.epoch)
+    return resume.epoch, [ResumeCallback(resume)]
+
+
 def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
     model = b.model
     sink = bool(cfg.dataset_sink_mode)
     vf = _plain(cfg.get("valid_frequency"))
+    initial, extra_cbs = _resume(cfg, b)
+    if piped():
+        extra_cbs.append(EpochLine(int(cfg.epochs), initial))
+    callbacks = [*b.callbacks, *extra_cbs]
     t0 = time.perf_counter()
     if vf is None or b.valid is None or not b.metrics:
         model.train(
-            int(cfg.epochs), b.train, callbacks=b.callbacks, dataset_sink_mode=sink,
-            sink_size=int(cfg.sink_size),
+            int(cfg.epochs), b.train, callbacks=callbacks, dataset_sink_mode=sink,
+            sink_size=int(cfg.sink_size), initial_epoch=initial,
         )
     else:
         model.fit(
-            int(cfg.epochs), b.train, b.valid, valid_frequency=vf, callbacks=b.callbacks,
-            dataset_sink_mode=sink, sink_size=int(cfg.sink_size),
+            int(cfg.epochs), b.train, b.valid, valid_frequency=vf, callbacks=callbacks,
+            dataset_sink_mode=sink, sink_size=int(cfg.sink_size), initial_epoch=initial,
         )
-    extra: dict[str, Any] = {"train_s": round(time.perf_counter() - t0, 3)}
+    extra: dict[str, Any] = {"train_s": round(time.perf_counter() - t0, 3),
+                             "initial_epoch": initial}
     fit_trainer = model.trainer
     logged = dict(fit_trainer.logged_metrics) if fit_trainer is not None else {}
     found = [logged[k] for k in _LIGHTNING_THROUGHPUT if k in logged]
@@ -147,13 +193,9 @@ def _run_eval(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
     path = cfg.get("ckpt_path")
     if not path:
         raise ConfigError("lit-amp: mode=eval needs a checkpoint: ckpt_path=<file.ckpt>.")
-    if not os.path.isfile(str(path)):
-        raise ConfigError(f"lit-amp: ckpt_path={path!r} is not a file.")
     if b.valid is None or not b.metrics:
         raise ConfigError("lit-amp: mode=eval needs evaluation data and model.metrics.")
-    from lit_amp import load_checkpoint
-
-    load_checkpoint(str(path), b.network)
+    load_network(str(path), b.network)
     metrics = b.model.eval(b.valid)
     return metrics, {"ckpt_path": str(path), "log_dir": _log_dir(b.model, b.trainer_kwargs)}
 
@@ -247,6 +289,7 @@ def _result_base(cfg: DictConfig) -> dict:
         "optimizer": str(cfg.optimizer.get("_target_")) if cfg.get("optimizer") else None,
         "model": str(cfg.model.get("name", "")),
         "optimized_metric": cfg.get("optimized_metric"),
+        "tags": list(cfg.get("tags") or []),
     }
 
 
@@ -314,6 +357,11 @@ def run(cfg: DictConfig) -> float | None:
         ConfigError: a configuration lit_amp rejects (outside a ``-m`` sweep that continues
             on errors); any error of the run itself likewise.
     """
+    with console_to_log():
+        return _run_or_record(cfg)
+
+
+def _run_or_record(cfg: DictConfig) -> float | None:
     try:
         return _execute(cfg)
     except Exception as exc:

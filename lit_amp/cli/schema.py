@@ -13,6 +13,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from enum import Enum
 from typing import Any, Optional
 
@@ -29,6 +31,8 @@ __all__ = [
     "LitAmpSchema",
     "ConfigError",
     "SCHEMA_NAME",
+    "run_id",
+    "slurm_devices",
 ]
 
 #: The name ``conf/config.yaml``'s defaults list gives the schema.
@@ -92,6 +96,7 @@ class LitAmpSchema:
     optimized_metric: Optional[str] = "acc"  # noqa: UP045
     continue_on_error: bool = True
     extra_trusted_targets: list[str] = dataclasses.field(default_factory=list)
+    tags: list[str] = dataclasses.field(default_factory=list)
     amp: AmpSchema = dataclasses.field(default_factory=AmpSchema)
     boost: BoostSchema = dataclasses.field(default_factory=BoostSchema)
     loss_scale: Any = None
@@ -106,6 +111,83 @@ class LitAmpSchema:
 
 
 ConfigStore.instance().store(name=SCHEMA_NAME, node=LitAmpSchema)
+
+
+def slurm_devices(devices: Any) -> int:
+    """``${lit_amp.slurm_devices:${trainer.devices}}``: GPUs (= SLURM tasks) per node, an int.
+
+    SLURM's ``gpus_per_node`` / ``tasks_per_node`` must be integers chosen at submission, where
+    Lightning's ``devices: auto`` means nothing; a list of GPU indices counts its entries.
+
+    Args:
+        devices: ``trainer.devices``.
+
+    Returns:
+        The number of devices per node.
+
+    Raises:
+        ConfigError: ``auto``, ``-1`` or anything but an int >= 1 / a list of indices.
+
+    Example:
+        >>> slurm_devices(4), slurm_devices("2"), slurm_devices([0, 1])
+        (4, 2, 2)
+    """
+    if isinstance(devices, (list, tuple, ListConfig)) and len(devices) > 0:
+        return len(devices)
+    text = str(devices).strip()
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise ConfigError(
+        f"lit-amp: hydra/launcher=slurm needs trainer.devices=<GPUs per node> as an int (SLURM "
+        f"allocates them at submission), but got trainer.devices={devices!r}; e.g. "
+        "lit-amp -m hydra/launcher=slurm trainer=ddp trainer.devices=4 trainer.num_nodes=2"
+    )
+
+
+def _agent_start_time() -> str | None:
+    """Start time of this process's parent (torchrun's agent), shared by its local ranks."""
+    try:
+        with open(f"/proc/{os.getppid()}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    start = boot + ticks / os.sysconf("SC_CLK_TCK")
+    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(start))
+
+
+def run_id() -> str:
+    """``${lit_amp.run_id:}``: the name of a run's directory, the same on every rank of a job.
+
+    ``SLURM_JOB_ID`` under SLURM (a requeued job finds its directory again); ``LIT_AMP_RUN_ID``
+    when set; under torchrun (``TORCHELASTIC_RUN_ID`` set) the start time of the torchrun agent
+    (every local rank has the same; ``torchrun --rdzv-id=<id>`` names the run by that id);
+    else the current time, ``%Y-%m-%d_%H-%M-%S``. Lightning's own DDP launcher passes its
+    directory to the workers.
+
+    Returns:
+        The directory name.
+
+    Example:
+        >>> os.environ.get("SLURM_JOB_ID") is not None or run_id()[:2] == "20"
+        True
+    """
+    for var in ("SLURM_JOB_ID", "LIT_AMP_RUN_ID"):
+        if os.environ.get(var):
+            return os.environ[var]
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID")
+    if elastic is not None:
+        if elastic not in ("", "none"):
+            return f"torchrun-{elastic}"
+        agent = _agent_start_time()
+        if agent is not None:
+            return agent
+    return time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+OmegaConf.register_new_resolver("lit_amp.slurm_devices", slurm_devices, replace=True)
+OmegaConf.register_new_resolver("lit_amp.run_id", run_id, use_cache=True, replace=True)
 
 
 class ConfigError(CompactHydraException):

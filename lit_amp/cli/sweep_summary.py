@@ -2,9 +2,13 @@
 
 Each job of a sweep writes ``result.json`` in its directory (``lit_amp.cli.run``). After the sweep,
 the Hydra callback :class:`SweepSummary` (configured in ``conf/hydra/default.yaml``) gathers them
-into ``summary.md``, ``summary.json`` and — when matplotlib is installed — ``summary.png``
-(accuracy and throughput per option) in the sweep directory, and prints the table. The same can
-be done by hand::
+into ``summary.md``, ``summary.json`` and — when matplotlib is installed
+(``pip install lit_amp[plot]``) — ``summary.png`` (accuracy and throughput per option) and
+``curves.png`` (every job's learning curves from its CSV logger's ``metrics.csv``) in the sweep
+directory, and prints the table. A sweep over ``seed`` also gets :func:`seed_table`: the mean
+± standard deviation of the metric over the seeds of each remaining combination. A sweep in
+which any job failed ends with exit status 1 (``lit-amp`` checks :data:`last_failures`).
+The same can be done by hand::
 
     python -m lit_amp.cli.sweep_summary runs/train/multirun/2026-01-01_12-00-00
 
@@ -25,9 +29,33 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_results", "markdown_table", "summarize", "SweepSummary", "main"]
+__all__ = [
+    "load_results",
+    "markdown_table",
+    "seed_table",
+    "plot_curves",
+    "summarize",
+    "failures",
+    "last_failures",
+    "SweepSummary",
+    "main",
+]
 
 log = logging.getLogger(__name__)
+
+#: the failed jobs (their directories) of the last sweep :class:`SweepSummary` summarized in
+#: this process; ``lit-amp`` exits with status 1 when it is not empty
+last_failures: list[str] = []
+
+
+def failures(rows: Sequence[dict]) -> list[str]:
+    """The directories of the jobs whose ``status`` is not ``ok``.
+
+    Example:
+        >>> failures([{"_dir": "0", "status": "ok"}, {"_dir": "1", "status": "failed"}])
+        ['1']
+    """
+    return [str(r.get("_dir", "?")) for r in rows if r.get("status") != "ok"]
 
 
 def load_results(sweep_dir: str | Path) -> list[dict]:
@@ -116,13 +144,127 @@ def markdown_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def _plot(rows: Sequence[dict], path: Path) -> Path | None:
+def _overrides_of(row: dict) -> dict[str, str]:
+    out = {}
+    for o in row.get("overrides") or []:
+        k, _, v = str(o).partition("=")
+        out[k.lstrip("+~")] = v
+    return out
+
+
+def seed_table(rows: Sequence[dict], key: str = "seed") -> str | None:
+    """Mean ± sample standard deviation of the metric over ``key`` (the seeds), per combination.
+
+    Failed jobs are left out of the statistics and counted in the ``failed`` column.
+
+    Args:
+        rows: the sweep's results (:func:`load_results`).
+        key: the override swept over repeats.
+
+    Returns:
+        A markdown table, or None when ``key`` is not swept.
+
+    Example:
+        >>> rows = [{"overrides": [f"amp={a}", f"seed={s}"], "status": "ok", "value": v,
+        ...          "optimized_metric": "acc"}
+        ...         for a, s, v in [("O0", 0, 0.8), ("O0", 1, 0.9), ("O2", 0, 0.7), ("O2", 1, 0.7)]]
+        >>> print(seed_table(rows))
+        | amp | acc (mean ± std over seed) | n | failed |
+        |---|---|---|---|
+        | O0 | 0.8500 ± 0.0707 | 2 | 0 |
+        | O2 | 0.7000 ± 0.0000 | 2 | 0 |
+    """
+    keys = _swept_keys(rows)
+    if key not in keys:
+        return None
+    others = [k for k in keys if k != key]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        ov = _overrides_of(r)
+        groups.setdefault(tuple(ov.get(k, "") for k in others), []).append(r)
+    metric = next((r.get("optimized_metric") for r in rows if r.get("optimized_metric")), "value")
+    head = [*others, f"{metric} (mean ± std over {key})", "n", "failed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for combo, members in groups.items():
+        vals = [float(r["value"]) for r in members
+                if r.get("status") == "ok" and isinstance(r.get("value"), (int, float))
+                and not math.isnan(float(r["value"]))]
+        n = len(vals)
+        mean = sum(vals) / n if n else math.nan
+        std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else math.nan
+        cell = f"{_fmt(mean)} ± {_fmt(std)}" if n else "no successful job"
+        lines.append("| " + " | ".join([*combo, cell, str(n), str(len(members) - n)]) + " |")
+    return "\n".join(lines)
+
+
+def _read_curves(row: dict) -> dict[str, list[tuple[float, float]]]:
+    """``metric -> [(step, value)]`` from the job's ``metrics.csv`` (CSVLogger), if any."""
+    import csv
+
+    log_dir = row.get("log_dir")
+    path = Path(str(log_dir)) / "metrics.csv" if log_dir else None
+    if path is None or not path.is_file():
+        return {}
+    curves: dict[str, list[tuple[float, float]]] = {}
+    with path.open(newline="") as f:
+        for rec in csv.DictReader(f):
+            step = rec.get("step") or rec.get("epoch") or "0"
+            for name, value in rec.items():
+                if name in ("step", "epoch") or value in (None, "") or "samples_per_sec" in name:
+                    continue
+                try:
+                    curves.setdefault(name, []).append((float(step), float(value)))
+                except ValueError:
+                    continue
+    return curves
+
+
+def plot_curves(rows: Sequence[dict], path: str | Path) -> Path | None:
+    """Every job's learning curves (one panel per logged metric) from its ``metrics.csv``.
+
+    Args:
+        rows: the sweep's results (their ``log_dir`` holds the CSV logger's ``metrics.csv``).
+        path: the PNG to write.
+
+    Returns:
+        ``path``, or None when matplotlib is missing or no job logged a curve.
+    """
+    curves = [(r, _read_curves(r)) for r in rows]
+    names = sorted({n for _, c in curves for n in c})
+    plt = _pyplot()
+    if plt is None or not names:
+        return None
+    keys = _swept_keys(rows)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for r, c in curves:
+            if name in c:
+                xs, ys = zip(*c[name])
+                ax.plot(xs, ys, marker="." if len(xs) < 30 else None, label=_label(r, keys))
+        ax.set_title(name)
+        ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def _pyplot() -> Any:
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        log.warning("matplotlib is not installed: no plots (pip install lit_amp[plot]).")
+        return None
+    return plt
+
+
+def _plot(rows: Sequence[dict], path: Path) -> Path | None:
+    plt = _pyplot()
+    if plt is None:
         return None
     keys = _swept_keys(rows)
     labels = [_label(r, keys) for r in rows]
@@ -161,10 +303,17 @@ def summarize(sweep_dir: str | Path, *, plot: bool = True) -> str | None:
     if not rows:
         return None
     table = markdown_table(rows)
+    by_seed = seed_table(rows)
+    if by_seed is not None:
+        table += f"\n\nOver seeds:\n\n{by_seed}"
+    failed = failures(rows)
+    if failed:
+        table += f"\n\n{len(failed)} of {len(rows)} jobs FAILED: {', '.join(failed)}"
     (root / "summary.md").write_text(f"# lit-amp sweep: {root}\n\n{table}\n")
     (root / "summary.json").write_text(json.dumps(rows, indent=2, default=str))
     if plot:
         _plot(rows, root / "summary.png")
+        plot_curves(rows, root / "curves.png")
     return table
 
 
@@ -191,13 +340,18 @@ class SweepSummary(_HydraCallback):  # type: ignore[misc,valid-type]
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         table = summarize(sweep_dir, plot=self.plot)
+        last_failures[:] = failures(load_results(sweep_dir))
         if table is None:
             return
         print(f"\nlit-amp sweep summary ({sweep_dir}/summary.md):\n{table}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lit_amp.cli.sweep_summary SWEEP_DIR``: (re)write and print a sweep's summary."""
+    """``python -m lit_amp.cli.sweep_summary SWEEP_DIR``: (re)write and print a sweep's summary.
+
+    Returns:
+        0, or 1 when a job of the sweep failed (or none wrote a result), 2 on a usage error.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         print("usage: python -m lit_amp.cli.sweep_summary SWEEP_DIR", file=sys.stderr)
@@ -207,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"no result.json under {args[0]}", file=sys.stderr)
         return 1
     print(table)
-    return 0
+    return 1 if failures(load_results(args[0])) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import lightning as L
 import pytest
@@ -11,6 +12,7 @@ from omegaconf import OmegaConf
 
 from lit_amp.cli import CONF_DIR
 from lit_amp.cli.build import build
+from lit_amp.cli.schema import ConfigError
 from tests.cli._helpers import compose_cfg, options
 
 ONLINE = ("mode=online", "model=wide_deep", "data=clicks_stream", "data.num_records=64",
@@ -41,9 +43,12 @@ _GROUPS = ("amp", "loss_scale", "boost", "optimizer", "trainer", "model", "data"
 CASES = [(g, o) for g in _GROUPS for o in options(g)]
 
 
-def _skip_reason(group: str, option: str) -> str | None:
+def _missing_extra(group: str, option: str) -> str | None:
+    """The lit_amp extra a logger option needs when its package is missing."""
     if group == "logger" and option in ("tensorboard", "many") and not _HAS_TB:
-        return "TensorBoardLogger needs `pip install tensorboard`"
+        return "tensorboard"
+    if group == "logger" and option in ("wandb", "mlflow") and not _has(option):
+        return option
     return None
 
 
@@ -55,14 +60,16 @@ def test_every_group_has_options():
 
 @pytest.mark.parametrize(("group", "option"), CASES, ids=[f"{g}={o}" for g, o in CASES])
 def test_option_composes_and_instantiates(group, option, tmp_path):
-    reason = _skip_reason(group, option)
-    if reason:
-        pytest.skip(reason)
     extra = _CONTEXT.get((group, option), ())
     ov = [*extra, f"{group}={option}"] if f"{group}={option}" not in extra else list(extra)
     if (group, option) == ("data", "clicks_dir"):
         ov.append(f"data.directory={tmp_path / 'stream'}")
     cfg = compose_cfg(ov, tmp_path)
+    missing = _missing_extra(group, option)
+    if missing:  # the error names the extra that installs the logger's package
+        with pytest.raises(ConfigError, match=re.escape(f"pip install 'lit_amp[{missing}]'")):
+            build(cfg)
+        return
     b = build(cfg)  # instantiates data, network, loss, metrics, optimizer, callbacks, loggers
     assert isinstance(b.network, torch.nn.Module)
     assert b.model is not None and b.model.lit_model is not None
@@ -148,3 +155,70 @@ def test_run_dir_is_timestamped_outside_slurm(tmp_path, monkeypatch):
     cfg = compose_cfg([], tmp_path)
     last = OmegaConf.select(cfg, "hydra.run.dir").rsplit("/", 1)[-1]
     assert last[:2] == "20" and "_" in last
+
+
+def _fake_submitit_slurm() -> None:
+    """Stand-in for hydra-submitit-launcher's ``hydra/launcher/submitit_slurm`` schema."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group="hydra/launcher", name="submitit_slurm", node={
+        "_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+        "timeout_min": 60, "nodes": 1, "tasks_per_node": 1, "gpus_per_node": None,
+        "cpus_per_task": None, "mem_gb": None, "partition": None, "max_num_timeout": 0,
+        "signal_delay_s": 120, "submitit_folder": "x", "additional_parameters": {},
+        "setup": None,
+    })
+
+
+@pytest.mark.parametrize(("devices", "expected"), [("4", 4), ("[0,1]", 2), (None, None)])
+def test_slurm_launcher_composes_with_the_ddp_trainer(devices, expected, tmp_path):
+    """`-m hydra/launcher=slurm trainer=ddp`: integer GPUs/tasks per node, or a clear error."""
+    if not _HAS_SUBMITIT:
+        _fake_submitit_slurm()
+    ov = ["hydra/launcher=slurm", "trainer=ddp", "trainer.num_nodes=2"]
+    cfg = compose_cfg([*ov, f"trainer.devices={devices}"] if devices else ov, tmp_path)
+    launcher = cfg.hydra.launcher
+    if expected is None:  # trainer=ddp's `devices: auto` means nothing to SLURM
+        with pytest.raises(Exception, match="trainer.devices=<GPUs per node>.*'auto'"):
+            _ = launcher.gpus_per_node
+        return
+    assert launcher.tasks_per_node == expected and launcher.gpus_per_node == expected
+    assert isinstance(launcher.gpus_per_node, int) and launcher.nodes == 2
+
+
+_RANK = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+time.sleep(float(sys.argv[1]))
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from lit_amp.cli import CONF_DIR
+with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    cfg = compose("config", return_hydra_config=True)
+print(OmegaConf.select(cfg, "hydra.run.dir"))
+"""
+
+_AGENT = """
+import os, subprocess, sys
+env = {{**os.environ, "TORCHELASTIC_RUN_ID": "none"}}
+env.pop("SLURM_JOB_ID", None)
+env.pop("LIT_AMP_RUN_ID", None)
+ranks = [subprocess.Popen([sys.executable, "-c", {rank!r}, str(1.2 * r)], env={{**env,
+         "LOCAL_RANK": str(r), "RANK": str(r)}}, stdout=subprocess.PIPE, text=True)
+         for r in (0, 1)]
+print("|".join(p.communicate()[0].strip() for p in ranks))
+"""
+
+
+def test_ranks_started_by_torchrun_share_one_run_directory(tmp_path):
+    """Two ranks of one torchrun agent, started over a second apart, name the same run dir."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    agent = _AGENT.format(rank=_RANK.format(root=root))
+    out = subprocess.run([sys.executable, "-c", agent], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    dirs = out.stdout.strip().split("|")
+    assert len(dirs) == 2 and dirs[0] == dirs[1] and dirs[0].endswith(tuple("0123456789")), out

@@ -1,0 +1,236 @@
+"""Checkpoints given to ``lit-amp`` by ``ckpt_path=``: strict loading and resumable training.
+
+``lit-amp`` reads two kinds of ``.ckpt`` files (always with ``torch.load(weights_only=True)``,
+so a file from elsewhere cannot run code):
+
+- lit_amp's own (:func:`lit_amp.save_checkpoint`, written by lit_amp's ``ModelCheckpoint`` and
+  ``BackupAndRestore``): ``{"network", "optimizer", "loss_scale", "append_info", ...}``;
+- Lightning's (``Trainer.save_checkpoint`` / Lightning's ``ModelCheckpoint`` of a ``LitModel``
+  or of your own LightningModule): ``{"state_dict", "optimizer_states", "loops", ...}`` whose
+  parameter names carry the attribute path of the network (``network.``, ``lit_model.network.``,
+  ``model.`` ...). :func:`network_state` finds that prefix by matching the network's own names.
+
+Loading is strict: a checkpoint that does not hold every parameter of the network (or holds
+parameters of another shape) is an error naming the file and the first missing keys, never a
+network that silently keeps its random initialisation.
+
+Resuming (``mode=train ckpt_path=...``) needs the optimizer state and the number of finished
+epochs: lit_amp checkpoints written by ``lit-amp`` store them (its ``CheckpointConfig`` keeps
+``append_info: [epoch_num, step_num]``); Lightning checkpoints store them in ``loops``.
+
+Example:
+    >>> import torch
+    >>> net = torch.nn.Linear(2, 1)
+    >>> sd = {"lit_model.network.weight": torch.ones(1, 2), "lit_model.network.bias": torch.ones(1)}
+    >>> sorted(network_state(sd, net, "x.ckpt"))
+    ['bias', 'weight']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import Counter
+
+import lightning as L
+import torch
+
+from lit_amp.cli.schema import ConfigError
+
+__all__ = [
+    "Resume",
+    "ResumeCallback",
+    "load_network",
+    "network_state",
+    "read_checkpoint",
+    "resume_state",
+]
+
+
+def read_checkpoint(path: str) -> dict:
+    """``torch.load`` a checkpoint safely (tensors and plain containers only).
+
+    Args:
+        path: the ``.ckpt`` file.
+
+    Returns:
+        The checkpoint dict.
+
+    Raises:
+        ConfigError: the file is missing, unreadable without unpickling code, or not a dict.
+    """
+    if not os.path.isfile(path):
+        raise ConfigError(f"lit-amp: ckpt_path={path!r} is not a file.")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - pickle errors of any kind
+        raise ConfigError(
+            f"lit-amp: ckpt_path={path!r} could not be read as a checkpoint of tensors "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0]}). lit-amp never unpickles "
+            "arbitrary objects; save the weights with lit_amp.save_checkpoint or Lightning."
+        ) from exc
+    if not isinstance(state, dict):
+        raise ConfigError(f"lit-amp: ckpt_path={path!r} does not hold a checkpoint dict.")
+    return state
+
+
+def _raw_weights(state: dict) -> dict:
+    for key in ("network", "state_dict"):
+        if isinstance(state.get(key), dict):
+            return state[key]
+    if state and all(torch.is_tensor(v) for v in state.values()):
+        return state  # a bare state dict
+    return {}
+
+
+def network_state(weights: dict, network: torch.nn.Module, path: str) -> dict:
+    """The entries of ``weights`` that belong to ``network``, under the network's own names.
+
+    The prefix (``""``, ``network.``, ``lit_model.network.``, ...) is the one under which the
+    most of ``network``'s names are found (the shortest on a tie).
+
+    Args:
+        weights: a state dict (lit_amp's ``network`` or Lightning's ``state_dict``).
+        network: the network to load.
+        path: the file, for messages.
+
+    Returns:
+        ``{name: tensor}`` with exactly the prefix removed.
+
+    Raises:
+        ConfigError: no prefix matches any parameter of the network.
+    """
+    own = set(network.state_dict())
+    votes: Counter = Counter()
+    for key in weights:
+        for name in own:
+            if key == name or key.endswith("." + name):
+                votes[key[: len(key) - len(name)]] += 1
+    if not votes:
+        first = sorted(own)[:3]
+        raise ConfigError(
+            f"lit-amp: ckpt_path={path!r} holds no parameter of the network "
+            f"{type(network).__name__} (missing e.g. {first}; the file has e.g. "
+            f"{sorted(weights)[:3]}). Check model=... matches the model that wrote the file."
+        )
+    prefix = min(votes, key=lambda p: (-votes[p], len(p)))
+    return {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+
+
+def load_network(path: str, network: torch.nn.Module, state: dict | None = None) -> dict:
+    """Load the network's weights from ``path`` strictly (every parameter, matching shapes).
+
+    Args:
+        path: the ``.ckpt`` file (lit_amp's or Lightning's).
+        network: the network to load into.
+        state: the already-read checkpoint (None: read ``path``).
+
+    Returns:
+        The checkpoint dict.
+
+    Raises:
+        ConfigError: the file cannot be read, or its weights do not fit the network (the
+            message names the first missing / unexpected keys).
+    """
+    state = read_checkpoint(path) if state is None else state
+    sd = network_state(_raw_weights(state), network, path)
+    own = network.state_dict()
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    shapes = [k for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]
+    if missing or unexpected or shapes:
+        raise ConfigError(
+            f"lit-amp: ckpt_path={path!r} does not fit the network {type(network).__name__}: "
+            f"missing keys {missing[:5]}, unexpected keys {unexpected[:5]}, other shapes "
+            f"{shapes[:5]}. Use the model=... options the checkpoint was trained with."
+        )
+    network.load_state_dict(sd, strict=True)
+    return state
+
+
+@dataclasses.dataclass
+class Resume:
+    """What a resumable checkpoint holds besides the weights.
+
+    Attributes:
+        epoch: finished epochs (training continues with epoch ``epoch + 1``).
+        optimizer: the optimizer's ``state_dict``.
+        loss_scale: the loss-scale manager's state (None when the file has none).
+    """
+
+    epoch: int
+    optimizer: dict
+    loss_scale: dict | None
+
+
+def _lightning_epochs(state: dict) -> int | None:
+    try:
+        return int(state["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def resume_state(path: str, state: dict, steps_per_epoch: int | None) -> Resume:
+    """The epoch, optimizer and loss-scale state to resume training from.
+
+    Args:
+        path: the file, for messages.
+        state: the checkpoint dict.
+        steps_per_epoch: training steps per epoch (checks that the file ends an epoch).
+
+    Returns:
+        A :class:`Resume`.
+
+    Raises:
+        ConfigError: the file is not resumable (no optimizer state, no epoch, or written in
+            the middle of an epoch: resuming would train part of that epoch's data twice).
+    """
+    hint = ("Resume from a checkpoint written by lit-amp's callbacks (they store epoch_num and "
+            "the optimizer) or by Lightning at an epoch end; to evaluate it use mode=eval.")
+    if "state_dict" in state and "network" not in state:
+        epoch = _lightning_epochs(state)
+        opts = state.get("optimizer_states") or []
+        optimizer = opts[0] if opts else None
+        ls = next((v for k, v in state.items() if "loss_scale" in str(k)), None)
+    else:
+        info = state.get("append_info") or {}
+        epoch = int(info["epoch_num"]) if "epoch_num" in info else None
+        optimizer = state.get("optimizer")
+        ls = state.get("loss_scale")
+        step = info.get("step_num")
+        if epoch is not None and step and steps_per_epoch and int(step) % steps_per_epoch:
+            raise ConfigError(
+                f"lit-amp: ckpt_path={path!r} was saved in the middle of an epoch (step "
+                f"{step}, {steps_per_epoch} steps per epoch); resuming would train part of "
+                f"that epoch twice. {hint}"
+            )
+    if epoch is None or optimizer is None:
+        what = "the number of finished epochs" if epoch is None else "the optimizer state"
+        raise ConfigError(f"lit-amp: ckpt_path={path!r} is not a resumable checkpoint: it "
+                          f"holds no {what}. {hint}")
+    return Resume(epoch, optimizer, ls if isinstance(ls, dict) else None)
+
+
+class ResumeCallback(L.Callback):
+    """Loads a :class:`Resume`'s optimizer and loss-scale state once training has started.
+
+    At ``on_train_start`` the optimizer lives on its device and the AMP level (which creates the
+    loss-scale controller) has been applied, so the state lands where training uses it.
+
+    Args:
+        resume: what to load.
+
+    Example:
+        >>> ResumeCallback(Resume(3, {}, None)).resume.epoch
+        3
+    """
+
+    def __init__(self, resume: Resume) -> None:
+        self.resume = resume
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Load the optimizer state (and the loss scale) into the running objects."""
+        trainer.optimizers[0].load_state_dict(self.resume.optimizer)
+        controller = getattr(pl_module, "loss_scale", None)
+        if controller is not None and self.resume.loss_scale is not None:
+            controller.load_state_dict(self.resume.loss_scale)

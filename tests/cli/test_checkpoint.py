@@ -1,0 +1,146 @@
+"""``ckpt_path=``: strict loading of lit_amp and Lightning checkpoints, and resumed training."""
+
+from __future__ import annotations
+
+import json
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+
+from lit_amp import LitModel
+from lit_amp.cli import main
+from lit_amp.cli.schema import ConfigError
+from lit_amp.demos import CNN1D, synthetic_loaders
+
+DATA = ["data=synthetic", "data.num_train=200", "data.num_valid=100",
+        "trainer.enable_progress_bar=false", "callbacks=minimal", "logger=none"]
+
+
+def _lightning_ckpt(tmp_path, epochs=3):
+    """A LitModel trained by Lightning's Trainer, saved by Lightning; returns (path, its acc)."""
+    train, valid = synthetic_loaders(num_train=200, num_valid=100, batch_size=100, seed=0)
+    torch.manual_seed(0)
+    net = CNN1D()
+    lit = LitModel(net, nn.CrossEntropyLoss(), torch.optim.Adam(net.parameters(), 1e-2),
+                   metrics={"acc"})
+    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=str(tmp_path))
+    trainer.fit(lit, train, valid)
+    path = tmp_path / "lightning.ckpt"
+    trainer.save_checkpoint(path)
+    acc = trainer.validate(lit, valid, verbose=False)[0]["acc"]
+    return path, acc
+
+
+def test_eval_of_a_lightning_checkpoint_of_a_litmodel(tmp_path):
+    path, acc = _lightning_ckpt(tmp_path)
+    assert acc > 0.2  # trained: well above the 0.1 of random weights
+    value = main(["mode=eval", f"ckpt_path={path}", *DATA, f"hydra.run.dir={tmp_path / 'e'}"])
+    assert value == pytest.approx(acc, abs=1e-6)
+
+
+def test_eval_of_a_checkpoint_of_another_network_is_an_error(tmp_path, capsys):
+    path, _ = _lightning_ckpt(tmp_path, epochs=1)
+    with pytest.raises(SystemExit):
+        main(["mode=eval", f"ckpt_path={path}", *DATA, "model=mlp",
+              f"hydra.run.dir={tmp_path / 'e'}"])
+    err = capsys.readouterr().err
+    assert str(path) in err and ("missing keys" in err or "no parameter" in err)
+
+
+def test_checkpoint_that_matches_no_key_is_an_error(tmp_path):
+    from lit_amp.cli.checkpoint import load_network
+
+    path = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {"foo.bar": torch.zeros(2)}}, path)
+    with pytest.raises(ConfigError, match="holds no parameter"):
+        load_network(str(path), CNN1D())
+
+
+def test_train_resumes_from_a_lit_amp_checkpoint(tmp_path):
+    first = tmp_path / "first"
+    main(["epochs=2", "valid_frequency=1", *DATA, f"hydra.run.dir={first}"])
+    ckpt = json.loads((first / "result.json").read_text())["latest_ckpt"]
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["append_info"]["epoch_num"] == 2
+    second = tmp_path / "second"
+    main(["epochs=3", "valid_frequency=1", f"ckpt_path={ckpt}", *DATA,
+          f"hydra.run.dir={second}"])
+    result = json.loads((second / "result.json").read_text())
+    assert result["initial_epoch"] == 2
+    new = torch.load(result["latest_ckpt"], weights_only=True)
+    # one more epoch (2 steps) was trained, continuing the epoch count and Adam's step count
+    assert new["append_info"]["epoch_num"] == 3
+    adam_steps = [float(s["step"]) for s in new["optimizer"]["state"].values()]
+    assert adam_steps and all(s == 2 * 2 + 2 for s in adam_steps)
+
+
+def test_train_resumes_from_a_lightning_checkpoint(tmp_path):
+    path, _ = _lightning_ckpt(tmp_path, epochs=2)
+    out = tmp_path / "r"
+    main(["epochs=3", "valid_frequency=1", f"ckpt_path={path}", *DATA, f"hydra.run.dir={out}"])
+    result = json.loads((out / "result.json").read_text())
+    assert result["initial_epoch"] == 2
+    new = torch.load(result["latest_ckpt"], weights_only=True)
+    assert all(float(s["step"]) == 6 for s in new["optimizer"]["state"].values())
+
+
+def test_train_from_a_weights_only_file_is_refused(tmp_path, capsys):
+    path = tmp_path / "w.ckpt"
+    torch.manual_seed(0)
+    torch.save({"network": CNN1D().state_dict()}, path)
+    with pytest.raises(SystemExit):
+        main(["epochs=2", f"ckpt_path={path}", *DATA, f"hydra.run.dir={tmp_path / 'r'}"])
+    err = capsys.readouterr().err
+    assert "not a resumable checkpoint" in err and str(path) in err
+
+
+def test_resume_past_the_final_epoch_is_refused(tmp_path, capsys):
+    path, _ = _lightning_ckpt(tmp_path, epochs=2)
+    with pytest.raises(SystemExit):
+        main(["epochs=2", f"ckpt_path={path}", *DATA, f"hydra.run.dir={tmp_path / 'r'}"])
+    assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_resume_with_an_existing_backup_is_refused(tmp_path, capsys):
+    path, _ = _lightning_ckpt(tmp_path, epochs=1)
+    run = tmp_path / "r"
+    (run / "backup").mkdir(parents=True)
+    torch.save({"network": {}}, run / "backup" / "backup.ckpt")
+    with pytest.raises(SystemExit):
+        main(["epochs=3", f"ckpt_path={path}", "callbacks=fault_tolerant", *DATA[:4],
+              "logger=none", f"hydra.run.dir={run}"])
+    assert "BackupAndRestore backup" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_resume_under_two_process_ddp(tmp_path):
+    """trainer=ddp_sim (2 CPU processes): train 2 epochs, resume to 3 from the checkpoint."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LOCAL_RANK", "MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "NODE_RANK")}
+    env.update(PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    base = [sys.executable, "-m", "lit_amp", "trainer=ddp_sim", "valid_frequency=1", *DATA[:3],
+            "data.batch_size=50", "callbacks=minimal", "logger=none"]
+
+    def lit_amp(*args):
+        proc = subprocess.run([*base, *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    lit_amp("epochs=2", "hydra.run.dir=first")
+    ckpt = json.loads((tmp_path / "first" / "result.json").read_text())["latest_ckpt"]
+    lit_amp("epochs=3", f"ckpt_path={ckpt}", "hydra.run.dir=second")
+    result = json.loads((tmp_path / "second" / "result.json").read_text())
+    assert result["status"] == "ok" and result["initial_epoch"] == 2
+    new = torch.load(result["latest_ckpt"], weights_only=True)
+    assert new["append_info"]["epoch_num"] == 3
+    # 200 samples, batch 50, 2 ranks: 2 steps per rank and epoch; Adam continued from 4 to 6
+    assert all(float(s["step"]) == 6 for s in new["optimizer"]["state"].values())
