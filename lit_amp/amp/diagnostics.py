@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lit_amp._validation import check_bool
+
 __all__ = ["OverflowDiagnostics", "NonFiniteRecord"]
 
 log = logging.getLogger(__name__)
@@ -97,8 +99,10 @@ class OverflowDiagnostics:
                 f"but got {type(network).__name__}."
             )
         self.network = network
-        self.low_precision_only = low_precision_only
-        self.check_gradients = check_gradients
+        self.low_precision_only = check_bool("OverflowDiagnostics", "low_precision_only",
+                                             low_precision_only)
+        self.check_gradients = check_bool("OverflowDiagnostics", "check_gradients",
+                                          check_gradients)
         self._handles: list[Any] = []
         self._forward: list[tuple[str, str, torch.dtype, torch.Tensor]] = []
         self._backward: list[tuple[str, str, torch.dtype, torch.Tensor]] = []

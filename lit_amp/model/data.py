@@ -51,7 +51,9 @@ def check_dataset(
         TypeError: ``dataset`` is not iterable.
         ValueError: it is empty, or unsized without a positive ``sink_size`` in sink mode.
     """
-    if dataset is None or not isinstance(dataset, Iterable):
+    if dataset is None or not isinstance(dataset, Iterable) or isinstance(
+        dataset, (str, bytes, dict)
+    ):
         raise TypeError(
             f"'{name}' must be a torch DataLoader or a re-iterable of batches, "
             f"but got {type(dataset).__name__}."

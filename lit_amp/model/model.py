@@ -207,6 +207,11 @@ class Model:
         if isinstance(valid_frequency, bool) or not isinstance(valid_frequency, (int, list)):
             raise type_error("Model.fit", "valid_frequency", "an int or a list of epochs",
                              valid_frequency)
+        if isinstance(valid_frequency, list) and not all(
+            isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in valid_frequency
+        ):
+            raise value_error("Model.fit", "valid_frequency",
+                              "a positive int or a list of epochs >= 1", valid_frequency)
         if isinstance(valid_frequency, int) and valid_frequency <= 0:
             # MindSpore 2.10: 0 dies with ZeroDivisionError, a negative int evaluates every epoch
             raise value_error("Model.fit", "valid_frequency",

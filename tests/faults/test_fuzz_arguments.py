@@ -137,31 +137,8 @@ SPECS: list[tuple[str, Callable[..., Any], dict, dict[str, list]]] = [
 ]
 
 #: (label, argument, repr(value)) -> the file to fix; these fail today (strict xfail)
-KNOWN: dict[tuple[str, str, str], str] = {
-    ("Model.train", "train_dataset", "'abc'"): (
-        "lit_amp/model/_checks.py: a str is accepted as a dataset; it fails at the first batch "
-        "('each batch must be a (data, label) pair') without naming 'train_dataset'"),
-    ("Model.fit", "valid_dataset", "'abc'"): (
-        "lit_amp/model/_checks.py: a str is accepted as 'valid_dataset'; it fails deep inside "
-        "(WithEvalCell.forward() missing 'label')"),
-    ("Model.eval", "valid_dataset", "'abc'"): (
-        "lit_amp/model/_checks.py: a str is accepted as 'valid_dataset'; it fails deep inside "
-        "(WithEvalCell.forward() missing 'label')"),
-    ("Model.fit", "valid_frequency", "[0]"): (
-        "lit_amp/model/_checks.py: a list with epoch 0 (no such epoch) is silently accepted: "
-        "the model is never evaluated"),
-    ("Model.fit", "valid_frequency", "['1']"): (
-        "lit_amp/model/_checks.py: a list of str is silently accepted: the model is never "
-        "evaluated"),
-}
+KNOWN: dict[tuple[str, str, str], str] = {}
 
-
-KNOWN.update({
-    ("OverflowDiagnostics", arg, repr(v)): (
-        f"lit_amp/amp/diagnostics.py: OverflowDiagnostics({arg}={v!r}) is silently accepted "
-        "(no check_bool)")
-    for arg in ("low_precision_only", "check_gradients") for v in BOOL
-})
 
 
 def _cases() -> list:
