@@ -80,6 +80,8 @@ def batch_size(batch: Any) -> int:
     """
     if torch.is_tensor(batch):
         return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(getattr(batch, "samples", None), int):  # a lazy sink (lit_amp.model.data)
+        return batch.samples
     if isinstance(batch, Mapping):
         for v in batch.values():
             return batch_size(v)

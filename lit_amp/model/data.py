@@ -286,6 +286,17 @@ class RankShard:
             yield NO_BATCH  # fewer batches than ranks: this one has none (see NoBatch)
 
 
+def _leading_dim(batch: Any) -> int:
+    """Samples in one batch: the leading size of its first tensor (0 when it has none)."""
+    if torch.is_tensor(batch):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)) and batch:
+        return _leading_dim(batch[0])
+    return 0
+
+
 class Sink:
     """One sink: ``size`` batches of a :class:`SinkStream`, fetched lazily one at a time.
 
@@ -308,6 +319,8 @@ class Sink:
         self._pending: Any = None
         self._has_pending = False
         self._last: Any = None
+        #: samples in the batches drawn so far (for throughput monitors)
+        self.samples = 0
 
     def __len__(self) -> int:
         return self._size
@@ -320,6 +333,7 @@ class Sink:
             batch = self._stream.next_batch()
         self._drawn += 1
         self._last = batch
+        self.samples += _leading_dim(batch)
         return batch
 
     def __getitem__(self, index: int) -> Any:
