@@ -267,7 +267,7 @@ class RecModel(Model):
 def with_peer_timeout(trainer_kwargs: dict[str, Any], seconds: float) -> dict[str, Any]:
     """``trainer_kwargs`` with a DDP strategy whose collectives time out after ``seconds``.
 
-    A DDP strategy named by string (``"ddp"``, ``"ddp_spawn"``, ...) becomes the same
+    A DDP strategy named by string (``"ddp"``; the spawning ones are refused) becomes the same
     ``DDPStrategy`` with ``timeout``; a ``DDPStrategy`` object still at Lightning's default
     timeout (30 minutes) gets a copy with ``timeout``; anything else is left as it is.
 

@@ -81,8 +81,8 @@ class StopOptions:
             ones are put back after); not SIGKILL / SIGSTOP. Handlers can only be installed
             from the main thread.
         peer_timeout: under DDP, seconds a rank waits for the others in a collective before
-            the job fails (a stalled or dead rank); set on a ``"ddp"`` / ``"ddp_spawn"`` /
-            ... strategy given by name, or on a ``DDPStrategy`` left at Lightning's default
+            the job fails (a stalled or dead rank); set on a ``"ddp"``
+            strategy given by name, or on a ``DDPStrategy`` left at Lightning's default
             (30 minutes). Default 300.
 
     Raises:
