@@ -1,4 +1,4 @@
-"""Benchmark: THOR vs SGD-momentum vs Adam vs a reference K-FAC on MNIST-1D (issue #5).
+"""Benchmark: THOR vs a real K-FAC library (ASDL) vs SGD-momentum vs Adam on MNIST-1D (#5, #20).
 
 Protocol of ``../shared/reference/thor_boost_anchors.md`` §4.4, on the 2 shared CPU cores:
 
@@ -6,33 +6,34 @@ Protocol of ``../shared/reference/thor_boost_anchors.md`` §4.4, on the 2 shared
   batch 100 (40 steps per epoch). MLP: 40-100-100-10 with the residual hidden block of the
   MNIST-1D paper (``h + relu(W2 h)``), target 65% test accuracy. CNN:
   :class:`lit_amp.nets.CNN1D` (the paper's ConvBase), target 90%.
-- Optimizers (hyper-parameters from ``--tune``, per model, on seeds 100-101, never on the
-  reported seeds): Adam and SGD-momentum with the paper recipe (constant lr; 100 MLP / 40 CNN
-  epochs, 5x and 2x the second-order budget, so that they reach the targets); THOR and the
-  reference K-FAC with a 20-epoch budget and MindSpore's THOR schedules rescaled to it
-  (``get_thor_lr`` power 2 for both; ``get_thor_damping`` decay 0.5 per 10 epochs for THOR,
-  K-FAC keeps kfac-pytorch's constant damping).
-- Reference K-FAC: kfac-pytorch 0.4.2's documented defaults, reimplemented here (kfac-pytorch
-  is not installable offline): factors every step (EMA decay 0.95, initialised to identity,
-  bias folded into A), eigendecomposition every 10 steps, damping 0.003, KL-clip 0.001, then
-  SGD-momentum. Label: "K-FAC (kfac-pytorch defaults, reimplemented)". Conv1d is handled as a
-  1×k Conv2d (kfac-pytorch registers Linear and Conv2d only).
-- Metrics: test accuracy every 20 steps (half an epoch; finer than the protocol's 100), epochs
-  and train wall time to the target (``perf_counter`` around the training step only;
-  evaluation and the first 50 steps excluded), final and best accuracy, factor
-  inversions/eigendecompositions (noise-free), divergence (non-finite loss or final accuracy
-  < 20%).
+- K-FAC anchor (issue #20): ASDL (``asdfghjkl==0.1a5``, ``asdl.KfacGradientMaker``, pip extra
+  ``bench``) driven by ``bench/_asdl_kfac.py`` (a no-op stand-in for ``torch.cuda.nvtx.range``
+  on CPU-only torch; Conv1d run as the identical 1×k Conv2d since ASDL has no Conv1d), at two
+  cadences: ``asdl`` (factors every step with EMA 0.95, inverse every 10) and ``asdl10``
+  (empirical Fisher, factors and inverse every 10 steps = THOR's cadence, EMA 0.5 = THOR's
+  factor_decay). Both + SGD-momentum 0.9 with weight decay 0.02 after preconditioning.
+- THOR recipe (issue #20): frequency 10, trace rule (0.1, 0), factor_decay 0.5, ``pi_damping``
+  (K-FAC's π-split of the damping, as ASDL), ``bias_in_a`` (biases preconditioned with their
+  weights, as ASDL) and a constant damping; ``thor:issue5`` is the issue #5 recipe (√λ on both
+  factors, plain-SGD biases, damping halved every 10 epochs).
+- Tuning (``--tune-anchor model:variant[:rounds]``, seeds 100-101, never the reported seeds):
+  the same lr × damping grid for ASDL and THOR (their damping means the same thing), 3×3, then
+  a second 3×3 round around the best cell (MLP; the CNN ran one round for lack of time).
+  Adam / SGD: the issue #5 grids (``--tune``). The self-written K-FAC baseline (kfac-pytorch
+  defaults, reimplemented) is now an optional labelled extra row (``--extra-kfac``).
+- Second-order methods: 20 epochs, poly-2 lr (``get_thor_lr``) to 0; Adam / SGD: constant lr,
+  100 (MLP) / 40 (CNN) epochs.
+- Metrics: test accuracy every 20 steps, epochs and train wall time to the target
+  (``perf_counter`` around the training step only; evaluation and the first 50 steps
+  excluded), final and best accuracy, factor inversions, divergence (non-finite loss, a
+  library error such as a failed Cholesky, or final accuracy < 20%).
 - Statistics: 5 seeds (0-4), medians and IQR; the variants of each seed run back to back in a
-  rotating order so background load hits them alike; ``torch.set_num_threads(2)`` with
-  ``OMP_WAIT_POLICY=PASSIVE`` (spinning OpenMP threads made 2-thread runs ~25x slower than
-  1-thread runs while the cores were shared). A separate
-  interleaved timing pass (``bench/_common.interleaved``: 300 steps per variant, 5 repeats)
-  gives noise-robust ms/step ratios; "derived" times to target are median epochs to target ×
-  that per-step time.
+  rotating order so background load hits them alike; training at ``--threads`` (default 1)
+  with ``OMP_WAIT_POLICY=PASSIVE``; an interleaved timing pass (``_common.interleaved``) gives
+  ms/step at 1 and 2 threads.
 
-Run: ``.venv/bin/python bench/thor.py`` (about 10 minutes on 2 idle cores), ``--quick`` for a
-smoke run, ``--tune`` for the hyper-parameter grids. Writes ``bench/results/thor.json`` (or
-``thor_tuning.json``) and the THOR section of ``docs/benchmarks.md``.
+Run: ``.venv/bin/python bench/thor.py`` (~20 minutes on 2 loaded cores), ``--quick`` for a
+smoke run. Writes ``bench/results/thor.json`` and the THOR section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -63,12 +64,18 @@ from _common import DOC, interleaved, machine, write_result  # noqa: E402
 from lit_amp.datasets import mnist1d_arrays  # noqa: E402
 from lit_amp.nets import CNN1D  # noqa: E402
 from lit_amp.optim.thor import (  # noqa: E402
-    DEFAULT_FACTOR_DECAY,
     THOR,
     get_thor_damping,
     get_thor_lr,
 )
 from lit_amp.optim.thor.factors import conv_patches  # noqa: E402
+
+try:  # the library K-FAC anchor (pip extra `bench`: asdfghjkl==0.1a5)
+    from _asdl_kfac import CADENCES as ASDL_CADENCES  # noqa: E402
+    from _asdl_kfac import AsdlKfac  # noqa: E402
+except ImportError:  # pragma: no cover - the anchor rows then refuse to run
+    AsdlKfac = None  # type: ignore[assignment,misc]
+    ASDL_CADENCES = {}
 
 SPE = 40  # steps per epoch (4000 samples, batch 100)
 BATCH = 100
@@ -84,18 +91,23 @@ BUDGET = {  # epochs
     ("cnn", "second"): 20,
 }
 
-# Chosen by `--tune` (bench/results/thor_tuning.json); see the tuning section of the report.
+# Adam / SGD / kfac: `--tune` (bench/results/thor_tuning.json); asdl, asdl10, thor:
+# `--tune-anchor` (bench/results/thor_asdl_tuning.json, issue #20).
 TUNED: dict[str, dict[str, dict[str, Any]]] = {
     "mlp": {
         "adam": {"lr": 1e-2},
         "sgd": {"lr": 0.1},
         "kfac": {"lr": 0.02, "weight_decay": 0.0},
-        "thor": {"lr": 0.05, "weight_decay": 0.02, "damping": 0.03},
+        "asdl": {"lr": 0.03, "damping": 0.03, "weight_decay": 0.02},
+        "asdl10": {"lr": 0.015, "damping": 0.01, "weight_decay": 0.02},
+        "thor": {"lr": 0.015, "weight_decay": 0.02, "damping": 0.01},
     },
     "cnn": {
         "adam": {"lr": 3e-2},
         "sgd": {"lr": 0.1},
         "kfac": {"lr": 0.005, "weight_decay": 0.02},
+        "asdl": {"lr": 0.02, "damping": 0.03, "weight_decay": 0.02},
+        "asdl10": {"lr": 0.02, "damping": 0.03, "weight_decay": 0.02},
         "thor": {"lr": 0.02, "weight_decay": 0.02, "damping": 0.03},
     },
 }
@@ -106,7 +118,13 @@ TUNED: dict[str, dict[str, dict[str, Any]]] = {
 # (factor_decay 0.5, split_dim 128). factor_decay: a second tuning grid (seeds 100-102; beta
 # {0, 0.5, 0.7, 0.9} x lr x weight decay, MLP) ended highest at beta 0.5 with the tuned lr/wd
 # (median final 0.671 vs 0.649 for 0.9; beta 0 diverged at lr 0.08), so the default moved there.
-THOR_MAIN: dict[str, Any] = {"frequency": 10, "trace_thresholds": (0.1, 0.0)}
+THOR_MAIN: dict[str, Any] = {
+    "frequency": 10, "trace_thresholds": (0.1, 0.0), "pi_damping": True, "bias_in_a": True,
+}
+# Issue #20: THOR's damping stays constant (decay rate 1 per 10 epochs). MindSpore's decaying
+# damping (0.5 per 10 epochs) together with √λ on both factors made THOR need ~40% more epochs
+# than ASDL's K-FAC at the same cadence (see the diagnosis in docs/benchmarks.md).
+THOR_DAMPING_DECAY = 1.0
 
 
 # ----------------------------------------------------------------------------- data & nets
@@ -273,6 +291,14 @@ def build(variant: str, net: nn.Module, epochs: int, opts: dict[str, Any]) -> tu
         return torch.optim.Adam(net.parameters(), lr=opts["lr"]), None
     if base == "sgd":
         return torch.optim.SGD(net.parameters(), lr=opts["lr"], momentum=0.9), None
+    if base in ("asdl", "asdl10"):
+        if AsdlKfac is None:
+            raise RuntimeError("the ASDL rows need `pip install asdfghjkl==0.1a5` (extra `bench`)")
+        sched = _poly(opts["lr"], epochs)
+        opt = AsdlKfac(net, sched(0), opts["damping"], opts.get("weight_decay", 0.0),
+                       "default" if base == "asdl" else "every10", data_size=BATCH)
+        opt._poly = sched  # type: ignore[attr-defined]
+        return opt, None
     if base == "kfac":
         sched = _poly(opts["lr"], epochs)
         opt = torch.optim.SGD(
@@ -292,22 +318,34 @@ def build(variant: str, net: nn.Module, epochs: int, opts: dict[str, Any]) -> tu
             kw["trace_thresholds"] = (float(w1), float(w2))
         elif key == "split":
             kw["split_dim"] = None if val == "full" else int(val)
+        elif key == "issue5":  # the issue #5 recipe, lr / damping from the same 2-round grid
+            kw["pi_damping"] = kw["bias_in_a"] = False
+            opts = {**opts, "lr": 0.025, "damping": 0.01, "damping_decay": 0.5}
         elif key == "beta":
             kw["factor_decay"] = float(val)
         elif key == "wd":
             opts = {**opts, "weight_decay": float(val)}
         elif key == "lr":
             opts = {**opts, "lr": float(val)}
+        elif key == "bias":
+            kw["bias_in_a"] = bool(int(val))
+        elif key == "pi":
+            kw["pi_damping"] = bool(int(val))
+        elif key == "damping":
+            opts = {**opts, "damping": float(val)}
+        elif key == "dd":
+            opts = {**opts, "damping_decay": float(val)}
         else:
             raise ValueError(f"unknown THOR variant option {item!r} in {variant!r}")
     lr = get_thor_lr(0, opts["lr"], 2.0, epochs, SPE)
-    damping = get_thor_damping(0, opts["damping"], 0.5, epochs, SPE)
+    decay = opts.get("damping_decay", THOR_DAMPING_DECAY)
+    damping = get_thor_damping(0, opts["damping"], decay, epochs, SPE)
     opt = THOR(net, lr, damping, 0.9, weight_decay=opts["weight_decay"], **kw)
     return opt, None
 
 
 def _counter(opt: Any, pre: Any) -> int:
-    if isinstance(opt, THOR):
+    if isinstance(opt, THOR) or (AsdlKfac is not None and isinstance(opt, AsdlKfac)):
         return opt.inversions
     if pre is not None:
         return pre.eigendecompositions
@@ -337,12 +375,11 @@ def train(model: str, variant: str, seed: int, epochs: int, opts: dict[str, Any]
             t0 = time.perf_counter()
             if sched is not None:
                 opt.param_groups[0]["lr"] = sched(step)
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(net(xb), yb)
-            loss.backward()
-            if pre is not None:
-                pre.step()
-            opt.step()
+            try:
+                loss = _one_step(net, opt, pre, xb, yb)
+            except (ValueError, RuntimeError):  # ASDL: NaN probabilities / Cholesky failure
+                diverged = True
+                break
             dt = time.perf_counter() - t0
             step += 1
             if step > WARMUP_STEPS:
@@ -382,8 +419,21 @@ def train(model: str, variant: str, seed: int, epochs: int, opts: dict[str, Any]
     }
 
 
+def _one_step(net: nn.Module, opt: Any, pre: Any, xb: torch.Tensor,
+              yb: torch.Tensor) -> torch.Tensor:
+    if AsdlKfac is not None and isinstance(opt, AsdlKfac):
+        return opt.train_step(xb, yb)
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(net(xb), yb)
+    loss.backward()
+    if pre is not None:
+        pre.step()
+    opt.step()
+    return loss
+
+
 def _budget(model: str, variant: str, quick: bool) -> int:
-    kind = "second" if variant.split(":")[0] in ("thor", "kfac") else "first"
+    kind = "second" if variant.split(":")[0] in ("thor", "kfac", "asdl", "asdl10") else "first"
     e = BUDGET[(model, kind)]
     return max(2, e // 10) if quick else e
 
@@ -431,11 +481,7 @@ def timing_pass(models: list[str], variants: list[str], steps: int, repeats: int
                 opt, pre = build(v, net, 20, _opts(model, v))
                 x, y = d["x"][:BATCH], d["y"][:BATCH]
                 for _ in range(steps):
-                    opt.zero_grad(set_to_none=True)
-                    F.cross_entropy(net(x), y).backward()
-                    if pre is not None:
-                        pre.step()
-                    opt.step()
+                    _one_step(net, opt, pre, x, y)
 
             fns[v] = fn
         times = interleaved(fns, repeats=repeats, warmup=1)
@@ -506,60 +552,56 @@ def _fmt(x: Any, nd: int = 3) -> str:
     return str(x)
 
 
+def _ratio(a: float, b: float) -> float:
+    if math.isinf(a):
+        return float("inf")
+    return 0.0 if math.isinf(b) else a / b
+
+
 def targets(summary: dict, timing: dict) -> dict:
-    """Evaluate the issue's targets from the summaries."""
+    """Evaluate the targets of issues #5 and #20 from the summaries and the timing passes."""
     s = summary
     t: dict[str, Any] = {}
-    th, ad, kf = s["mlp/thor"], s["mlp/adam"], s["mlp/kfac"]
-    t["mlp_epochs_to_65_le_20"] = {
-        "value": th["epochs_to_target_median"],
-        "met": th["epochs_to_target_median"] <= 20,
-    }
-    t_th, t_ad = th["time_to_target_s_median"], ad["time_to_target_s_median"]
-    if math.isinf(t_th):
-        ratio = float("inf")
-    elif math.isinf(t_ad):
-        ratio = 0.0  # Adam never reached the target within its (10x longer) budget
-    else:
-        ratio = t_th / t_ad
-    ms = timing.get("mlp", {})
-    derived = None
-    if ms and math.isfinite(ad["epochs_to_target_median"]):
-        derived = (th["epochs_to_target_median"] * ms["thor"]) / (
-            ad["epochs_to_target_median"] * ms["adam"]
-        )
-    t["mlp_time_to_65_le_0.5x_adam"] = {
-        "value_measured": ratio,
-        "value_derived": derived,
-        "met": ratio <= 0.5,
-        "note": "adam never reached the target: ratio is 0 by definition"
-        if math.isinf(ad["time_to_target_s_median"])
-        else "",
-    }
+    th, ad = s["mlp/thor"], s["mlp/adam"]
+    t["mlp_epochs_to_65_le_20"] = {"value": th["epochs_to_target_median"],
+                                   "met": th["epochs_to_target_median"] <= 20}
+    r = _ratio(th["time_to_target_s_median"], ad["time_to_target_s_median"])
+    t["mlp_time_to_65_le_0.5x_adam"] = {"value": r, "met": r <= 0.5}
     t["mlp_final_ge_66"] = {"value": th["final_acc_median"], "met": th["final_acc_median"] >= 0.66}
-    cn = s["cnn/thor"]
-    t["cnn_epochs_to_90_le_10"] = {
-        "value": cn["epochs_to_target_median"],
-        "met": cn["epochs_to_target_median"] <= 10,
-    }
+    if "cnn/thor" in s:
+        cn = s["cnn/thor"]
+        t["cnn_epochs_to_90_le_10"] = {"value": cn["epochs_to_target_median"],
+                                       "met": cn["epochs_to_target_median"] <= 10}
     for model in ("mlp", "cnn"):
-        a, b = s[f"{model}/thor"], s[f"{model}/kfac"]
-        t[f"{model}_final_within_1pt_of_kfac"] = {
-            "value": a["final_acc_median"] - b["final_acc_median"],
-            "met": abs(a["final_acc_median"] - b["final_acc_median"]) <= 0.01
-            or a["final_acc_median"] >= b["final_acc_median"],
-        }
-        inv_ratio = b["inversions_median"] / max(a["inversions_median"], 1)
-        t[f"{model}_inversions_ge_5x_fewer_than_kfac"] = {"value": inv_ratio, "met": inv_ratio >= 5}
-        wall = a["train_time_s_median"] / b["train_time_s_median"]
-        ms_m = timing.get(model, {})
-        t[f"{model}_wall_le_0.8x_kfac"] = {
-            "value_measured": wall,
-            "value_ms_per_step": ms_m["thor"] / ms_m["kfac"] if ms_m else None,
-            "met": wall <= 0.8,
-        }
+        if f"{model}/thor" not in s:
+            continue
+        a = s[f"{model}/thor"]
+        libs = [s[f"{model}/{v}"] for v in ("asdl", "asdl10") if f"{model}/{v}" in s]
+        if not libs:
+            continue
+        best = min(x["time_to_target_s_median"] for x in libs)
+        r = _ratio(a["time_to_target_s_median"], best)
+        # derived: median epochs x interleaved 1-thread ms/step (robust to the background load)
+        ms = timing.get("threads1", {}).get(model, {})
+        der = None
+        if ms:
+            lib = [s[f"{model}/{v}"]["epochs_to_target_median"] * ms[v] for v in ("asdl", "asdl10")
+                   if f"{model}/{v}" in s and v in ms]
+            der = _ratio(a["epochs_to_target_median"] * ms["thor"], min(lib))
+        t[f"{model}_time_to_target_le_0.8x_best_library_kfac"] = {
+            "value_measured": r, "value_derived": der,
+            "met": r <= 0.8 and (der is None or der <= 0.8)}
+        if f"{model}/asdl10" in s:
+            eq = s[f"{model}/asdl10"]["epochs_to_target_median"]
+            t[f"{model}_epochs_le_library_kfac_equal_cadence"] = {
+                "value_thor": a["epochs_to_target_median"], "value_asdl10": eq,
+                "met": a["epochs_to_target_median"] <= eq}
         t[f"{model}_no_divergence"] = {"value": a["diverged"], "met": a["diverged"] == 0}
-    del kf
+    inter = timing.get("thor_threads_interleaved", {})
+    for model in ("mlp", "cnn"):
+        if model in inter:  # same batch (100) at both counts: per step = per sample
+            r = inter[model]["threads2"] / inter[model]["threads1"]
+            t[f"{model}_thor_2thread_step_le_1thread"] = {"value": r, "met": r <= 1.0}
     return t
 
 
@@ -659,6 +701,53 @@ def decay_summary(rows: list[dict]) -> dict:
             "best_factor_decay": float(max(by_beta, key=by_beta.get))}
 
 
+# Issue #20: every second-order method gets the same budget: a 3x3 lr x damping grid, then a
+# second 3x3 grid around the first round's best cell (lr x0.5/1/2, damping x1/3, 1, 3), on the
+# tuning seeds; weight decay 0.02 for all (THOR's tuned value). THOR (with pi_damping) and ASDL
+# share the same grid: their damping means the same thing (√λ·π on A, √λ/π on G).
+ANCHOR_GRID: dict[str, dict[str, tuple[tuple[float, ...], tuple[float, ...]]]] = {
+    "mlp": {
+        "asdl": ((0.01, 0.03, 0.1), (0.003, 0.03, 0.3)),
+        "asdl10": ((0.01, 0.03, 0.1), (0.003, 0.03, 0.3)),
+        "thor": ((0.01, 0.03, 0.1), (0.003, 0.03, 0.3)),
+    },
+    "cnn": {
+        "asdl": ((0.005, 0.02, 0.05), (0.003, 0.03, 0.3)),
+        "asdl10": ((0.005, 0.02, 0.05), (0.003, 0.03, 0.3)),
+        "thor": ((0.005, 0.02, 0.05), (0.003, 0.03, 0.3)),
+    },
+}
+ANCHOR_WD = 0.02
+
+
+def _rank(r: dict) -> tuple:
+    return (-r["reached_target"], r["epochs_to_target_median"], -r["final_acc_median"])
+
+
+def tune_anchor(model: str, base: str, seeds: list[int] = TUNE_SEEDS, rounds: int = 2) -> dict:
+    """Two-round (or one-round) lr x damping grid of one second-order method on the tuning
+    seeds."""
+    lrs, damps = ANCHOR_GRID[model][base]
+    cells: dict[tuple[float, float], dict] = {}
+
+    def run_cells(grid: list[tuple[float, float]], rnd: int) -> None:
+        for lr, dmp in grid:
+            if (lr, dmp) in cells:
+                continue
+            opts = {"lr": lr, "damping": dmp, "weight_decay": ANCHOR_WD}
+            runs = run_set([model], [base], seeds, False, opts_for=lambda m, v, o=opts: o)
+            cells[(lr, dmp)] = {"round": rnd, "opts": opts,
+                                **summarize(runs)[f"{model}/{base}"]}
+
+    run_cells([(lr, d) for lr in lrs for d in damps], 1)
+    lr0, d0 = min(cells, key=lambda c: _rank(cells[c]))
+    if rounds > 1:
+            run_cells([(round(lr0 * f, 6), round(d0 * g, 6)) for f in (0.5, 1, 2)
+                   for g in (1 / 3, 1, 3)], 2)
+    best = min(cells, key=lambda c: _rank(cells[c]))
+    return {"seeds": seeds, "cells": list(cells.values()), "chosen": cells[best]["opts"]}
+
+
 def tune(models: list[str], quick: bool) -> dict:
     """Small grids per model on seeds 100-101 (never reported); returns grid and choices."""
     out: dict[str, Any] = {}
@@ -691,105 +780,81 @@ def _tune_model(model: str, quick: bool) -> dict:
 
 
 # ----------------------------------------------------------------------------- report
-MAIN = ["sgd", "adam", "kfac", "thor"]
+MAIN = ["sgd", "adam", "asdl", "asdl10", "thor"]
+# Diagnosis of issue #20 (MLP; one change each from the THOR row, its tuned lr/damping):
+# bias=0: biases on plain momentum SGD (MindSpore); pi=0: √λ on both factors (MindSpore);
+# dd=0.5: MindSpore's decaying damping; w=0/0: no trace rule; issue5: the issue #5 recipe
+# (all three MindSpore choices) with lr / damping from the same two-round grid.
 ABLATIONS = [
-    "thor:freq=1",
-    "thor:freq=50",
-    "thor:freq=200",
+    "thor:bias=0",
+    "thor:pi=0",
+    "thor:dd=0.5",
+    "thor:bias=0,pi=0,dd=0.5",
     "thor:w=0/0",
-    "thor:w=0.01/0",
-    "thor:w=0.01/0.001",
-    "thor:w=0.05/0",
-    "thor:split=32",
-    "thor:split=full",
-    "thor:beta=0",
-    "thor:beta=0.9",
-    "thor:beta=0,w=0/0",
+    "thor:issue5",
 ]
+LABELS = {
+    "asdl": "ASDL K-FAC (factors every step, EMA 0.95, inverse every 10)",
+    "asdl10": "ASDL K-FAC (empirical Fisher, factors + inverse every 10 = THOR's cadence)",
+    "thor": "THOR (frequency 10, trace rule 0.1/0, factor_decay 0.5, pi_damping, bias_in_a, "
+            "constant damping)",
+    "kfac": "self-written K-FAC (kfac-pytorch defaults, reimplemented; extra row)",
+}
+
+
+NOTES = """\
+Why THOR needed ~40% more epochs than K-FAC at equal cadence (issue #20), and what changed.
+Measured factor scales on MNIST-1D (mean diagonal): A 0.2-1.0, G 0.001-0.09, so K-FAC's
+π = √((tr A/d_A)/(tr G/d_G)) is 2-25 on the MLP and up to ~100 (CNN, first conv at init).
+MindSpore's THOR adds the same √λ (0.17 at λ = 0.03) to both factors: G's damping is then up
+to 100x G itself, G⁻¹ ≈ I/√λ, and THOR preconditions with A alone. Three differences from
+ASDL's K-FAC explain the gap, each measured by removing it from the new recipe (diagnosis
+table; same lr/damping): (1) biases on plain momentum SGD instead of a ones column in A
+(`bias=0`: 8.0 epochs, final 0.661 vs 5.5 / 0.671); (2) √λ on both factors instead of the
+π split (`pi=0`: 7.5 / 0.659); (3) MindSpore's damping decay (0.5 per 10 epochs) — on the
+tuning seeds (lr 0.015, λ 0.01, π on, no bias column) constant damping gave 7.5/8.5 epochs vs
+11.5/12.5 with the decay; with the bias column the decay alone costs less (`dd=0.5`: 7.0).
+All three MindSpore choices together (`bias=0,pi=0,dd=0.5`) take 10.0 epochs; the issue #5
+recipe with its own two-round tuning (`issue5`) 11.0. Not the cause: momentum and weight decay
+(both apply wd after preconditioning, then heavy-ball momentum 0.9 — identical), factor EMA
+(β 0.2-0.8 within noise on the tuning seeds, 0.9 worse as before), the trace rule (`w=0/0`:
+6.0 epochs with 2.6x the inversions) and the first steps (THOR inverts the first batch's
+factors at step 0; ASDL's EMA starts from zero). THOR now has `pi_damping` and `bias_in_a`
+(both off by default, MindSpore's rules) and the recipe uses a constant damping; its lr and
+damping were tuned with `pi_damping` on and the bias column off (not retuned after adding it).
+THOR still ends lower than ASDL on the MLP (final 0.671 vs 0.688); the `w=0/0` and `dd=0.5`
+rows end higher (0.699 / 0.697) on these reported seeds, which was not used to change the
+recipe (no tuning on reported seeds).
+
+Caveats. The machine was loaded (other engineers' jobs on the same 2 cores): measured times to
+target of different rows ran at different moments, so the targets also use a derived time
+(median epochs × interleaved 1-thread ms/step); diagnosis rows ran in a later phase (compare
+their times with each other only). ASDL's default cadence (`asdl`) uses an EMA that starts from
+zero without bias correction; on the CNN its one-round grid found a single cell reaching 90%
+on one of two tuning seeds, and it reached the target on 1/5 reported seeds: the equal-cadence
+`asdl10` is the strong anchor on the CNN. The CNN grids ran one round only (time). At equal
+cadence THOR's step is not cheaper than ASDL's here (MLP 0.93 vs 0.87 ms, CNN 2.47 vs 2.51 ms
+at 1 thread): its advantage in time comes from fewer epochs, and on the MLP the derived time
+ratio is about 1.0 (target missed), the measured one 0.57. Two threads were 2.5-3.6x slower
+per step than one for every optimizer (SGD included; interleaved THOR pass in
+`timing_ms_per_step.thor_threads_interleaved`): on 2 cores shared with other jobs a 2-thread
+pool waits for a descheduled peer, so the 2-thread target is missed for a reason that is not
+THOR's; it needs a re-run on an idle machine.
+"""
 
 
 def write_doc(payload: dict) -> None:
-    m = payload["machine"]
-    s = payload["summary"]
-    t = payload["targets"]
-    tm = payload["timing_ms_per_step"]
-    lines = [
-        "<!-- thor:begin -->",
-        "## THOR vs SGD / Adam / K-FAC on MNIST-1D (`bench/thor.py`, issue #5)",
-        "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
-        f"{m['threads']} threads; {payload['date']}. Seeds {payload['seeds']}, medians "
-        "[IQR]. Budgets: THOR and K-FAC 20 epochs (their schedules end there), Adam/SGD 100 "
-        "(MLP) / 40 (CNN) epochs at the paper's constant lr. Command: "
-        "`.venv/bin/python bench/thor.py`.",
-        "",
-        table(s, [f"{mm}/{v}" for mm in ("mlp", "cnn") for v in MAIN]),
-        "",
-        "Per-step cost (interleaved timing pass, median ms/step, ratio to SGD):",
-        "",
-        "| model | " + " | ".join(MAIN) + " |",
-        "|---|" + "---|" * len(MAIN),
-    ]
-    for mm in ("mlp", "cnn"):
-        row = tm.get(mm, {})
-        if row:
-            lines.append(
-                f"| {mm} | "
-                + " | ".join(f"{row[v]:.2f} ({row[v] / row['sgd']:.2f}x)" for v in MAIN)
-                + " |"
-            )
-    lines += ["", "Targets:", "", "| target | value | met |", "|---|---|---|"]
-    for k, v in t.items():
-        val = {kk: vv for kk, vv in v.items() if kk != "met"}
-        val_s = ", ".join(
-            f"{kk}={_fmt(vv) if not isinstance(vv, str) else vv}"
-            for kk, vv in val.items()
-            if vv not in ("", None)
-        )
-        lines.append(f"| {k} | {val_s} | {'yes' if v['met'] else '**no**'} |")
-    if payload.get("ablations"):
-        lines += [
-            "",
-            "THOR ablations (MLP, 20 epochs, one change each from the THOR row: frequency 10, "
-            f"trace_thresholds (0.1, 0), factor_decay {DEFAULT_FACTOR_DECAY}, split_dim 128 — "
-            "equal to 'full' "
-            "here, every factor is at most 100 wide; `beta=0,w=0/0` is MindSpore's released "
-            "algorithm):",
-            "",
-            table(s, ["mlp/thor", *[f"mlp/{v}" for v in ABLATIONS if f"mlp/{v}" in s]]),
-        ]
-    lines += [
-        "",
-        "Reading the ablations: `split=full` is numerically the same algorithm as the THOR row "
-        "here (identity padding of the Cholesky blocks is the only difference), so the spread "
-        "between those two rows is the seed-to-seed noise floor of a 20-epoch run (about 1 "
-        "point of final accuracy, one seed crossing the target or not). The ablations ran in a "
-        "later phase under a different background load: compare their times with each other "
-        "only, not with the main table. Raw runs, IQRs and the "
-        "timing repeats are in `bench/results/thor.json`; the tuning grids (seeds 100-101) in "
-        "`bench/results/thor_tuning.json`.",
-        "",
-        "The default `factor_decay` (0.5) comes from `bench/thor.py --tune-decay` (MLP, seeds "
-        "100-102, never reported): over the same 8 cells (trace threshold 0.1 / 0.05 x lr "
-        "0.05 / 0.08 x weight decay 0.02 / 0.05) the mean median final accuracy was 0.650 for "
-        "beta 0.5, 0.636 for 0.9 and 0.337 for 0 (single-batch factors diverged in 4 of the 8 "
-        "cells); `bench/results/thor_decay_tuning.json`. With 0.9 (the previous default, "
-        "ablation row `beta=0.9`) the MLP ended at 0.650, below the 0.66 target. Single cells "
-        "move by 1-2 points with the seed or the thread count, which is why the choice "
-        "averages over cells. The trace rule ablation `w=0.05/0` ending higher than the recipe "
-        "(0.1/0) on these reported seeds was not used to change the recipe.",
-        "",
-        "<!-- thor:end -->",
-        "",
-    ]
-    section = "\n".join(lines)
+    """Write the THOR section of docs/benchmarks.md (between its markers) from ``payload``."""
+    from _thor_doc import section
+
     text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    new = section(payload, table, LABELS)
     if "<!-- thor:begin -->" in text:
         pre, _, rest = text.partition("<!-- thor:begin -->")
         _, _, post = rest.partition("<!-- thor:end -->")
-        text = pre + section.rstrip("\n") + post
+        text = pre + new.rstrip("\n") + post
     else:
-        text = text.rstrip("\n") + "\n\n" + section
+        text = text.rstrip("\n") + "\n\n" + new
     DOC.write_text(text)
 
 
@@ -799,51 +864,78 @@ def _report_only() -> None:
     from _common import RESULTS
 
     old = json.loads((RESULTS / "thor.json").read_text())
-    timing = {**old["timing_ms_per_step"], **old["timing_raw_s"]}
     summary = summarize(old["runs"])
     payload = {k: v for k, v in old.items() if k != "benchmark"}
     payload["summary"] = summary
-    payload["targets"] = targets(summary, timing)
+    payload["targets"] = targets(summary, old["timing_ms_per_step"])
     path = write_result("thor", payload)
-    write_doc(payload)
+    write_doc({**payload, "machine": old["machine"], "date": old["date"], "notes": NOTES})
     print(table(summary, list(summary)))
     print(f"-> {path} (re-summarized from the recorded runs)")
+
+
+def thread_pass(models: list[str], steps: int, repeats: int) -> dict:
+    """THOR's ms/step at 1 and 2 threads, interleaved in one loop (same background load)."""
+    d = data()
+    out: dict[str, Any] = {}
+    for model in models:
+        fns = {}
+        for n in (1, 2):
+
+            def fn(n: int = n, model: str = model) -> None:
+                torch.set_num_threads(n)
+                torch.manual_seed(0)
+                net = make_net(model)
+                opt, pre = build("thor", net, 20, _opts(model, "thor"))
+                x, y = d["x"][:BATCH], d["y"][:BATCH]
+                for _ in range(steps):
+                    _one_step(net, opt, pre, x, y)
+
+            fns[f"threads{n}"] = fn
+        times = interleaved(fns, repeats=repeats, warmup=1)
+        out[model] = {k: 1000 * statistics.median(v) / steps for k, v in times.items()}
+        out[model + "_raw_s"] = times
+    return out
+
+
+def _timing(models: list[str], variants: list[str], quick: bool, repeats: int) -> dict:
+    """Interleaved ms/step at 1 and 2 threads."""
+    out: dict[str, Any] = {}
+    for n in (1, 2):
+        torch.set_num_threads(n)
+        res = timing_pass(models, variants, 30 if quick else 200, 2 if quick else repeats)
+        out[f"threads{n}"] = {k: v for k, v in res.items() if not k.endswith("_raw_s")}
+        out[f"threads{n}_raw_s"] = {k: v for k, v in res.items() if k.endswith("_raw_s")}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny budgets (smoke run)")
-    ap.add_argument("--tune", action="store_true", help="run the hyper-parameter grids")
+    ap.add_argument("--tune", action="store_true", help="the issue #5 Adam/SGD grids")
+    ap.add_argument("--tune-anchor", default="",
+                    help="model:variant[:rounds] — the issue #20 lr x damping grid (e.g. mlp:thor)")
     ap.add_argument("--tune-models", default="mlp,cnn", help="models to tune (comma list)")
     ap.add_argument("--tune-decay", action="store_true",
                     help="the factor_decay grid (MLP, seeds 100-102) behind the default")
     ap.add_argument("--seeds", type=int, default=len(SEEDS))
+    ap.add_argument("--threads", type=int, default=1, help="threads of the training runs")
+    ap.add_argument("--models", default="mlp,cnn")
     ap.add_argument("--no-ablations", action="store_true")
+    ap.add_argument("--extra-kfac", action="store_true",
+                    help="also run the self-written K-FAC baseline (labelled extra row)")
     ap.add_argument("--timing-repeats", type=int, default=5)
-    ap.add_argument(
-        "--report-only",
-        action="store_true",
-        help="recompute the summary, targets and docs section from bench/results/thor.json",
-    )
+    ap.add_argument("--out", default="", help="result name (default thor / thor_threadsN)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="recompute the summary, targets and docs section from thor.json")
     args = ap.parse_args(argv)
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message=".*Full backward hook is firing.*")
+    warnings.filterwarnings("ignore", category=FutureWarning)
     data()
     t0 = time.time()
-    if args.tune:
-        import json
-
-        from _common import RESULTS
-
-        old_path = RESULTS / "thor_tuning.json"
-        old = json.loads(old_path.read_text()) if old_path.exists() else {}
-        models = args.tune_models.split(",")
-        res = {k: v for k, v in old.items() if k in TUNE_GRID}
-        res.update(tune(models, args.quick))
-        res["seeds"] = TUNE_SEEDS
-        res["rule"] = "most seeds reaching the target, then fewest epochs to it, then final acc"
-        path = write_result("thor_tuning", res)
-        print("chosen:", {m: res[m]["chosen"] for m in TUNE_GRID if m in res}, "->", path)
+    if args.tune or args.tune_anchor:
+        _tune_main(args)
         return
     if args.tune_decay:
         res = tune_decay()
@@ -854,22 +946,30 @@ def main(argv: list[str] | None = None) -> None:
         _report_only()
         return
     seeds = SEEDS[: args.seeds]
+    models = args.models.split(",")
+    variants = MAIN + (["kfac"] if args.extra_kfac else [])
     print("main comparison", flush=True)
-    runs = run_set(["mlp", "cnn"], MAIN, seeds, args.quick)
-    if not args.no_ablations:
+    runs = run_set(models, variants, seeds, args.quick)
+    if not args.no_ablations and "mlp" in models:
         print("ablations", flush=True)
         runs += run_set(["mlp"], ABLATIONS, seeds, args.quick)
     print("timing pass", flush=True)
-    steps = 30 if args.quick else 300
-    timing = timing_pass(["mlp", "cnn"], MAIN, steps, 2 if args.quick else args.timing_repeats)
+    timing = _timing(models, MAIN, args.quick, args.timing_repeats)
+    timing["thor_threads_interleaved"] = thread_pass(models, 30 if args.quick else 200,
+                                                     2 if args.quick else 2 * args.timing_repeats)
+    torch.set_num_threads(args.threads)
     summary = summarize(runs)
     tg = targets(summary, timing)
     payload = {
-        "protocol": "thor_boost_anchors.md §4.4; see bench/thor.py docstring",
+        "protocol": "thor_boost_anchors.md §4.4 + issue #20; see bench/thor.py docstring",
         "seeds": seeds,
+        "threads": args.threads,
         "budgets_epochs": {f"{k[0]}/{k[1]}-order": v for k, v in BUDGET.items()},
         "hyperparameters": TUNED,
-        "thor_recipe": THOR_MAIN,
+        "thor_recipe": {**THOR_MAIN, "damping_decay": THOR_DAMPING_DECAY},
+        "asdl": {"package": "asdfghjkl==0.1a5", "cadences": ASDL_CADENCES,
+                 "stand_in": "torch.cuda.nvtx.range replaced by a no-op (CPU-only torch)",
+                 "conv1d": "Conv1d run as the identical 1xk Conv2d (ASDL has no Conv1d)"},
         "timing_ms_per_step": {k: v for k, v in timing.items() if not k.endswith("_raw_s")},
         "timing_raw_s": {k: v for k, v in timing.items() if k.endswith("_raw_s")},
         "summary": summary,
@@ -879,15 +979,42 @@ def main(argv: list[str] | None = None) -> None:
         "total_time_s": time.time() - t0,
         "quick": args.quick,
     }
-    name = "thor_quick" if args.quick else "thor"
+    name = args.out or ("thor_quick" if args.quick else ("thor" if args.threads == 1 else
+                                                         f"thor_threads{args.threads}"))
     path = write_result(name, payload)
-    payload = {**payload, "machine": machine(), "date": time.strftime("%Y-%m-%d")}
+    payload = {**payload, "machine": machine(), "date": time.strftime("%Y-%m-%d"),
+               "notes": NOTES}
     print(table(summary, list(summary)))
     for k, v in tg.items():
         print(f"{k}: {v}")
     print(f"-> {path} ({time.time() - t0:.0f} s)")
-    if not args.quick:
+    if not args.quick and args.threads == 1 and not args.out:
         write_doc(payload)
+
+
+def _tune_main(args: argparse.Namespace) -> None:
+    import json
+
+    from _common import RESULTS
+
+    if args.tune_anchor:
+        model, base, *rest = args.tune_anchor.split(":")
+        old_path = RESULTS / "thor_asdl_tuning.json"
+        old = json.loads(old_path.read_text()) if old_path.exists() else {}
+        old = {k: v for k, v in old.items() if k not in ("benchmark", "machine", "date")}
+        old[f"{model}/{base}"] = tune_anchor(model, base, rounds=int(rest[0]) if rest else 2)
+        print("chosen:", old[f"{model}/{base}"]["chosen"], "->",
+              write_result("thor_asdl_tuning", old))
+        return
+    old_path = RESULTS / "thor_tuning.json"
+    old = json.loads(old_path.read_text()) if old_path.exists() else {}
+    models = args.tune_models.split(",")
+    res = {k: v for k, v in old.items() if k in TUNE_GRID}
+    res.update(tune(models, args.quick))
+    res["seeds"] = TUNE_SEEDS
+    res["rule"] = "most seeds reaching the target, then fewest epochs to it, then final acc"
+    path = write_result("thor_tuning", res)
+    print("chosen:", {m: res[m]["chosen"] for m in TUNE_GRID if m in res}, "->", path)
 
 
 if __name__ == "__main__":

@@ -36,16 +36,18 @@ from torch import Tensor, nn
 
 from lit_amp.optim.thor.factors import LayerFactors, invert_factors, is_supported_layer
 
-__all__ = ["LAYERNORM", "plan_layers", "dist_world", "refresh", "allreduce_factors"]
+__all__ = ["LAYERNORM", "BIAS", "plan_layers", "dist_world", "refresh", "allreduce_factors"]
 
 #: Handler marker of LayerNorm weight and bias (diagonal Fisher, every step).
 LAYERNORM = "layernorm"
+#: Handler marker of a bias preconditioned together with its layer's weight (``bias_in_a``).
+BIAS = "bias"
 
 _Pending = list[list[Tensor | None]]  # per active layer: [A_batch, G_batch]
 
 
 def plan_layers(
-    net: nn.Module, skip_layers: Sequence[str]
+    net: nn.Module, skip_layers: Sequence[str], bias_in_a: bool = False
 ) -> tuple[list[LayerFactors], dict[Tensor, Any]]:
     """The preconditioned layers of ``net`` and the handler of each special parameter.
 
@@ -69,9 +71,12 @@ def plan_layers(
             if id(w) in seen:
                 continue  # a tied weight is preconditioned by its first layer
             seen.add(id(w))
-            lf = LayerFactors(module, name, len(layers))
+            lf = LayerFactors(module, name, len(layers), bias_in_a=bias_in_a)
             layers.append(lf)
             handler[w] = lf
+            if lf.bias is not None and id(lf.bias) not in seen:
+                seen.add(id(lf.bias))
+                handler[lf.bias] = BIAS
         elif isinstance(module, nn.LayerNorm):
             for p in module.parameters(recurse=False):
                 if p.requires_grad and id(p) not in seen:
@@ -102,6 +107,7 @@ def refresh(
     trace_thresholds: tuple[float, float],
     split_dim: int | None,
     split_indices: Sequence[int],
+    pi_damping: bool = False,
 ) -> tuple[bool, int, float]:
     """One second-order refresh of the hooked ``layers`` (steps 1-4 of the module docstring).
 
@@ -113,6 +119,9 @@ def refresh(
         trace_thresholds: (ω1, ω2) of the trace rule.
         split_dim: block size of the inverses (None: whole factors).
         split_indices: all-reduce bucket split points over layer indices.
+        pi_damping: split √λ between the factors as K-FAC's factored Tikhonov damping does
+            (Martens & Grosse 2015 §6.3, ASDL's default): A gets √λ·π, G gets √λ/π with
+            π = √((tr A / d_A) / (tr G / d_G)); False adds √λ to both (MindSpore).
 
     Returns:
         ``(refreshed, inversions, flops)``: whether any factor was a candidate (a refresh to
@@ -122,12 +131,34 @@ def refresh(
     active = [lf for lf in layers if lf.installed]
     pend = _collect(active, grad_scale, split_indices)
     _average(active, pend, factor_decay)
-    todo = _trace_rule(active, sq, trace_thresholds)
+    _set_damping(active, sq, pi_damping)
+    todo = _trace_rule(active, trace_thresholds)
     if todo is None:
         return False, 0, 0.0
     if not todo:
         return True, 0, 0.0
-    return True, len(todo), _invert(todo, sq, split_dim)
+    return True, len(todo), _invert(todo, split_dim)
+
+
+def _set_damping(active: list[LayerFactors], sq: float, pi_damping: bool) -> None:
+    """Each layer's damping of A and G (π-corrected when asked and both factors exist)."""
+    both = [lf for lf in active if pi_damping and lf.A is not None and lf.G is not None]
+    for lf in active:
+        lf.sqrt_damping = [sq, sq]
+    if not both:
+        return
+    means = []
+    for lf in both:
+        a, g = lf.A, lf.G
+        assert a is not None and g is not None
+        means.append((a.sum() if a.dim() == 1 else a.diagonal().sum()) / lf.a_dim)
+        means.append(g.diagonal().sum() / lf.g_dim)
+    vals = torch.stack(means).tolist()
+    for i, lf in enumerate(both):
+        a_mean, g_mean = vals[2 * i], vals[2 * i + 1]
+        if a_mean > 0 and g_mean > 0 and math.isfinite(a_mean / g_mean):
+            pi = math.sqrt(a_mean / g_mean)
+            lf.sqrt_damping = [sq * pi, sq / pi]
 
 
 def _collect(active: list[LayerFactors], scale: float, split_indices: Sequence[int]) -> _Pending:
@@ -153,7 +184,7 @@ def _average(active: list[LayerFactors], pend: _Pending, beta: float) -> None:
 
 
 def _trace_rule(
-    active: list[LayerFactors], sq: float, thresholds: tuple[float, float]
+    active: list[LayerFactors], thresholds: tuple[float, float]
 ) -> list[tuple[LayerFactors, int, float]] | None:
     """The factors to re-invert (with their damped traces); None when no factor is a candidate.
 
@@ -169,7 +200,7 @@ def _trace_rule(
             dim = lf.a_dim if f == 0 else lf.g_dim
             tr = mat.sum() if mat.dim() == 1 else mat.diagonal().sum()
             cands.append((lf, f))
-            traces.append(tr + sq * dim)
+            traces.append(tr + lf.sqrt_damping[f] * dim)
     if not cands:
         return None
     w1, w2 = thresholds
@@ -190,19 +221,19 @@ def _trace_rule(
     return todo
 
 
-def _invert(todo: list[tuple[LayerFactors, int, float]], sq: float,
-            split_dim: int | None) -> float:
+def _invert(todo: list[tuple[LayerFactors, int, float]], split_dim: int | None) -> float:
     """Invert the selected factors in place; return the approximate flops spent."""
-    mats, where = [], []
+    mats, where, damps = [], [], []
     for lf, f, tr in todo:
         lf.trace_ref[f] = tr
         if lf.kind == "embedding" and f == 0:
             assert lf.A is not None
-            lf.A_inv = 1.0 / (lf.A + sq)
+            lf.A_inv = 1.0 / (lf.A + lf.sqrt_damping[0])
             continue
         mats.append(lf.A if f == 0 else lf.G)
+        damps.append(lf.sqrt_damping[f])
         where.append((lf, f))
-    invs = invert_factors(mats, sq, split_dim)  # type: ignore[arg-type]
+    invs = invert_factors(mats, damps, split_dim)  # type: ignore[arg-type]
     for (lf, f), inv in zip(where, invs):
         if f == 0:
             lf.A_inv = inv

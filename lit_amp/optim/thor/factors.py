@@ -26,6 +26,9 @@ never ran, or whose statistics are not finite (an overflowing fp16 step that the
 skipped), is dropped, so skipped steps never corrupt the factors. Everything is computed in
 float32 whatever the compute dtype.
 
+Size: one class (statistics, hooks, inverses of a layer) and the inversion helpers it uses;
+splitting them would separate the factor layout from the code that inverts it.
+
 Example:
     >>> import torch
     >>> from torch import nn
@@ -129,7 +132,8 @@ class LayerFactors:
         TypeError: ``module`` is not a supported layer.
     """
 
-    def __init__(self, module: nn.Module, name: str = "", index: int = 0) -> None:
+    def __init__(self, module: nn.Module, name: str = "", index: int = 0,
+                 bias_in_a: bool = False) -> None:
         if not is_supported_layer(module):
             raise type_error(
                 "LayerFactors", "module", "a Linear, Conv1d/Conv2d (groups=1) or dense Embedding "
@@ -150,12 +154,21 @@ class LayerFactors:
             conv: Any = module
             self.a_dim = conv.in_channels * math.prod(conv.kernel_size)
             self.g_dim = conv.out_channels
+        bias = getattr(module, "bias", None)
+        #: the bias is preconditioned with the weight (a ones column in A, as K-FAC does)
+        self.bias: Tensor | None = (
+            bias if bias_in_a and self.kind != "embedding" and isinstance(bias, Tensor)
+            and bias.requires_grad else None
+        )
+        self.a_dim += self.bias is not None
         self.A: Tensor | None = None
         self.G: Tensor | None = None
         self.A_inv: Tensor | None = None
         self.G_inv: Tensor | None = None
         self.trace_ref: list[float | None] = [None, None]
         self.frozen: list[bool] = [False, False]
+        #: the damping added to A and G at the last refresh (√λ, or √λ·π and √λ/π)
+        self.sqrt_damping: list[float] = [0.0, 0.0]
         self._records: list[_Record] = []
         self._handle: Any = None
 
@@ -235,9 +248,11 @@ class LayerFactors:
             ids = x.reshape(-1)
             return torch.bincount(ids, minlength=self.a_dim).float(), ids.numel()
         if self.kind == "linear":
-            rows = x.reshape(-1, self.a_dim).float()
+            rows = x.reshape(-1, self.a_dim - (self.bias is not None)).float()
         else:
             rows = conv_patches(self.module, x).float()
+        if self.bias is not None:
+            rows = torch.cat([rows, rows.new_ones(rows.shape[0], 1)], 1)
         return rows.t() @ rows, rows.shape[0]
 
     def take_pending(self, grad_scale: float = 1.0) -> tuple[Tensor | None, Tensor | None]:
@@ -282,6 +297,15 @@ class LayerFactors:
         return a, g
 
     # -------------------------------------------------------------- applying
+    def precondition_with_bias(self, grad: Tensor, bias_grad: Tensor | None
+                               ) -> tuple[Tensor, Tensor]:
+        """``G⁻¹ · [g | b] · A⁻¹`` for a layer whose A carries the bias column (``bias``)."""
+        b = torch.zeros(grad.shape[0], dtype=grad.dtype, device=grad.device) \
+            if bias_grad is None else bias_grad
+        joint = torch.cat([grad.reshape(grad.shape[0], -1), b.reshape(-1, 1)], 1)
+        out = self.precondition(joint)
+        return out[:, :-1].reshape(grad.shape), out[:, -1].reshape(b.shape)
+
     def precondition(self, grad: Tensor) -> Tensor:
         """``G⁻¹ · g · A⁻¹`` (Embedding: ``diag(A⁻¹) · g · G⁻¹``) in the gradient's shape."""
         a_inv, g_inv = self.A_inv, self.G_inv
@@ -377,9 +401,11 @@ def _blocks(mat: Tensor, sqrt_damping: float, split_dim: int | None) -> tuple[Te
 
 
 def invert_factors(
-    mats: Sequence[Tensor], sqrt_damping: float, split_dim: int | None
+    mats: Sequence[Tensor], sqrt_damping: float | Sequence[float], split_dim: int | None
 ) -> list[Tensor]:
     """Invert ``mat + sqrt_damping·I`` for each matrix, block-diagonally, by Cholesky in fp32.
+
+    ``sqrt_damping`` is one value for all matrices or one per matrix (π-corrected damping).
 
     Each matrix larger than ``split_dim`` is cut into ``split_dim``-sized diagonal blocks (the
     last one padded with identity, as MindSpore does) whose inverses form a block-diagonal
@@ -399,7 +425,11 @@ def invert_factors(
     """
     if not mats:
         return []
-    per_mat: list[tuple[Tensor, int]] = [_blocks(m.float(), sqrt_damping, split_dim) for m in mats]
+    damps = ([float(sqrt_damping)] * len(mats) if isinstance(sqrt_damping, (int, float))
+             else [float(v) for v in sqrt_damping])
+    per_mat: list[tuple[Tensor, int]] = [
+        _blocks(m.float(), sd, split_dim) for m, sd in zip(mats, damps)
+    ]
     buckets: dict[int, list[tuple[int, int]]] = {}  # size -> [(matrix index, block index)]
     for i, (blocks, _) in enumerate(per_mat):
         b = blocks.shape[-1]

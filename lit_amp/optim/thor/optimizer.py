@@ -37,6 +37,10 @@ algorithm):
   re-inverts, ω2 ≤ Δ ≤ ω1 reuses the old inverse, Δ < ω2 stops refreshing that factor for
   good (its statistics are no longer collected). (0, 0) refreshes every time (MindSpore).
 
+Two K-FAC choices, off by default (MindSpore's rules) and measured in docs/benchmarks.md (THOR
+section, issue #20): ``pi_damping=True`` splits √λ between A and G by K-FAC's π, and
+``bias_in_a=True`` preconditions each bias with its weight (a ones column in A).
+
 Under ``torch.distributed`` the new statistics are all-reduced (mean; one call per
 ``split_indices`` bucket) before they are used, so every rank holds identical factors,
 inverses and trace decisions.
@@ -45,6 +49,9 @@ Layout of :mod:`lit_amp.optim.thor`: this module holds the optimizer (its step, 
 and checkpoint state); the argument checks and schedules live in ``_arguments``, the refresh
 (all-reduce, running average, trace rule, inversion) in ``_second_order``, the per-layer
 statistics and block-diagonal inverses in :mod:`~lit_amp.optim.thor.factors`.
+
+Size: the optimizer class with its step, hook timing and checkpoint state; the argument
+checks and the refresh already live in ``_arguments`` and ``_second_order``.
 
 Example:
     >>> import torch
@@ -86,7 +93,7 @@ from lit_amp.optim.thor._arguments import (
     check_split_indices,
     check_trace_thresholds,
 )
-from lit_amp.optim.thor._second_order import LAYERNORM, plan_layers, refresh
+from lit_amp.optim.thor._second_order import BIAS, LAYERNORM, plan_layers, refresh
 from lit_amp.optim.thor.factors import LayerFactors
 
 __all__ = ["THOR", "thor", "ParamInfo", "DEFAULT_FACTOR_DECAY", "DEFAULT_TRACE_THRESHOLDS"]
@@ -162,6 +169,10 @@ class THOR(Optimizer):
             pairing). :class:`~lit_amp.model.thor.ConvertModelUtils` wires it to the Model's loss
             scaler.
         skip_layers: qualified module names (or name prefixes) left unpreconditioned.
+        pi_damping: K-FAC's π-split damping (Martens & Grosse 2015 §6.3, ASDL): √λ·π on A,
+            √λ/π on G, π = √((tr A/d_A)/(tr G/d_G)) per layer; False: √λ on both (MindSpore).
+        bias_in_a: precondition each layer's bias with its weight (a ones column in A, as K-FAC
+            does); False: biases take plain momentum SGD (MindSpore).
 
     Attributes:
         layers: the :class:`~lit_amp.optim.thor.factors.LayerFactors` of the preconditioned layers.
@@ -199,6 +210,8 @@ class THOR(Optimizer):
         trace_thresholds: tuple[float, float] = DEFAULT_TRACE_THRESHOLDS,
         grad_scale: float | Callable[[], float] | None = None,
         skip_layers: Sequence[str] = (),
+        pi_damping: bool = False,
+        bias_in_a: bool = False,
     ) -> None:
         check_type(OWNER, "net", net, nn.Module, "a torch.nn.Module")
         self._lr = Schedule("learning_rate", learning_rate)
@@ -213,6 +226,8 @@ class THOR(Optimizer):
         self.split_dim: int | None = check_split_dim(split_dim)
         self.factor_decay: float = check_factor_decay(factor_decay)
         self.trace_thresholds: tuple[float, float] = check_trace_thresholds(trace_thresholds)
+        self.pi_damping: bool = check_bool(OWNER, "pi_damping", pi_damping)
+        check_bool(OWNER, "bias_in_a", bias_in_a)
         self.grad_scale = check_grad_scale(grad_scale)
         skip_layers = check_skip_layers(skip_layers)
 
@@ -224,7 +239,7 @@ class THOR(Optimizer):
         self._lr_sched: Schedule | None = None if self._lr.const is not None else self._lr
         self.loss_scale: float = defaults["loss_scale"]
         self.layers: list[LayerFactors]
-        self.layers, self._handler = plan_layers(net, skip_layers)
+        self.layers, self._handler = plan_layers(net, skip_layers, bias_in_a)
         check_no_sparse_embedding(net)
         self.split_indices = check_split_indices(split_indices, len(self.layers))
         names = {id(p): n for n, p in net.named_parameters()}
@@ -327,6 +342,7 @@ class THOR(Optimizer):
             trace_thresholds=self.trace_thresholds,
             split_dim=self.split_dim,
             split_indices=self.split_indices,
+            pi_damping=self.pi_damping,
         )
         self.refreshes += int(refreshed)
         self.inversions += inversions
@@ -354,11 +370,18 @@ class THOR(Optimizer):
             h = self._handler.get(p)
             if h is None:
                 continue
+            if h is BIAS:
+                continue  # preconditioned with its weight below
             if h is LAYERNORM:
                 if sqrt_damp is None:
                     sqrt_damp = math.sqrt(self._damping.at(k))
                 g = grads[i]
                 grads[i] = g / (g * g / self.batch_size + sqrt_damp)
+            elif h.ready and h.bias is not None:
+                j = next((n for n, q in enumerate(params) if q is h.bias), None)
+                grads[i], b = h.precondition_with_bias(grads[i], None if j is None else grads[j])
+                if j is not None:
+                    grads[j] = b
             elif h.ready:
                 grads[i] = h.precondition(grads[i])
         return grads
@@ -432,6 +455,11 @@ class THOR(Optimizer):
         self.inversions = int(thor_state.get("inversions", 0))
         self.inversion_flops = float(thor_state.get("inversion_flops", 0.0))
         self._sync_hooks(force=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """All attributes (torch pickles only defaults, state, param_groups); the layers carry
+        their modules, so pickle ``(net, opt)`` together to keep them linked."""
+        return dict(self.__dict__)
 
     def __repr__(self) -> str:
         return (

@@ -63,6 +63,58 @@ def test_linear_matches_explicit_kronecker_inverse():
     torch.testing.assert_close(delta["bias"], grads["bias"], rtol=1e-5, atol=1e-7)
 
 
+def test_pi_damping_splits_the_damping_between_the_factors():
+    # K-FAC's factored Tikhonov damping (ASDL's default): √λ·π on A, √λ/π on G
+    torch.manual_seed(0)
+    lin = nn.Linear(6, 5)
+    x, y = 3.0 * torch.randn(32, 6), torch.randint(0, 5, (32,))  # A ≫ G: π far from 1
+    lam = 0.05
+    a, g, grad = _linear_reference(lin, x, y, lam)
+    opt = THOR(lin, 1.0, lam, 0.0, frequency=2, factor_decay=0.0, pi_damping=True)
+    opt.zero_grad()
+    F.cross_entropy(lin(x), y).backward()
+    before = lin.weight.detach().clone()
+    opt.step()
+    delta = (before - lin.weight.detach()).double()
+    pi = math.sqrt(float((a.trace() / 6) / (g.trace() / 5)))
+    assert pi > 3
+    sq = math.sqrt(lam)
+    ad = a + sq * pi * torch.eye(6, dtype=torch.float64)
+    gd = g + sq / pi * torch.eye(5, dtype=torch.float64)
+    expected = torch.linalg.solve(gd, grad) @ torch.linalg.inv(ad)
+    torch.testing.assert_close(delta, expected, rtol=2e-4, atol=1e-6)
+    assert opt.layers[0].sqrt_damping == pytest.approx([sq * pi, sq / pi], rel=1e-5)
+    # the plain rule would have moved the weight differently
+    plain = torch.linalg.solve(g + sq * torch.eye(5, dtype=torch.float64), grad) @ torch.linalg.inv(
+        a + sq * torch.eye(6, dtype=torch.float64))
+    assert not torch.allclose(delta, plain, rtol=1e-2)
+
+
+def test_bias_in_a_preconditions_weight_and_bias_jointly():
+    # K-FAC's homogeneous coordinate: A over [x, 1], the update of [W | b] is G⁻¹ [gW | gb] A⁻¹
+    torch.manual_seed(0)
+    lin = nn.Linear(6, 5)
+    x, y = torch.randn(32, 6) + 1.0, torch.randint(0, 5, (32,))
+    lam = 0.05
+    a, g, grad = _linear_reference(lin, x, y, lam)
+    opt = THOR(lin, 1.0, lam, 0.0, frequency=2, factor_decay=0.0, bias_in_a=True)
+    before = [p.detach().clone() for p in (lin.weight, lin.bias)]
+    opt.zero_grad()
+    F.cross_entropy(lin(x), y).backward()
+    gb = lin.bias.grad.detach().double().clone()
+    opt.step()
+    dw, db = ((b - p.detach()).double() for b, p in zip(before, (lin.weight, lin.bias)))
+    x1 = torch.cat([x.double(), torch.ones(32, 1, dtype=torch.float64)], 1)
+    sq = math.sqrt(lam)
+    ah = x1.t() @ x1 / 32 + sq * torch.eye(7, dtype=torch.float64)
+    joint = torch.cat([grad, gb[:, None]], 1)
+    expected = torch.linalg.solve(g + sq * torch.eye(5, dtype=torch.float64), joint) @ (
+        torch.linalg.inv(ah))
+    torch.testing.assert_close(dw, expected[:, :6], rtol=2e-4, atol=1e-6)
+    torch.testing.assert_close(db, expected[:, 6], rtol=2e-4, atol=1e-6)
+    assert not torch.allclose(db, gb, rtol=1e-2)  # the bias no longer takes the plain gradient
+
+
 def _block_inverse(mat: torch.Tensor, sq: float, b: int) -> torch.Tensor:
     d = mat.shape[0]
     out = torch.zeros_like(mat)
@@ -271,3 +323,20 @@ def test_sequence_inputs_use_the_batch_dimension():
     d = out.grad.reshape(-1, 2)
     torch.testing.assert_close(a, rows.t() @ rows / 24)
     torch.testing.assert_close(g, 4 * d.t() @ d)  # n = 4 examples, summed over time
+
+
+def test_bias_in_a_for_conv_adds_the_ones_column_of_the_patches():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv1d(2, 3, 3, padding=1), nn.Flatten(), nn.Linear(3 * 8, 4))
+    x, y = torch.randn(16, 2, 8), torch.randint(0, 4, (16,))
+    opt = THOR(net, 0.1, 0.05, 0.0, frequency=2, factor_decay=0.0, bias_in_a=True)
+    conv = opt.layers[0]
+    assert conv.a_dim == 2 * 3 + 1 and conv.bias is net[0].bias
+    F.cross_entropy(net(x), y).backward()
+    gb = net[0].bias.grad.clone()
+    before = net[0].bias.detach().clone()
+    opt.step()
+    patches = conv_patches(net[0], x)
+    torch.testing.assert_close(conv.A[:-1, -1], patches.mean(0))  # E[patch] in the last column
+    assert conv.A[-1, -1].item() == pytest.approx(1.0)
+    assert not torch.allclose((before - net[0].bias.detach()) / 0.1, gb, rtol=1e-2)

@@ -331,6 +331,8 @@ def test_closure_and_conv1d_network():
         ({"factor_decay": 1.0}, ValueError, "'factor_decay'"),
         ({"trace_thresholds": (0.0, 0.1)}, ValueError, "'trace_thresholds'"),
         ({"trace_thresholds": 0.1}, TypeError, "'trace_thresholds'"),
+        ({"pi_damping": 1}, TypeError, "'pi_damping'"),
+        ({"bias_in_a": "yes"}, TypeError, "'bias_in_a'"),
     ],
 )
 def test_bad_arguments(kwargs, exc, match):

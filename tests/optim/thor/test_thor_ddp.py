@@ -31,14 +31,14 @@ def _data(rank: int, step: int):
     return torch.randn(8, 1, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
 
 
-def _worker(rank: int, world: int) -> dict:
+def _worker(rank: int, world: int, kw: dict) -> dict:
     torch.set_num_threads(1)
     net = _net()
     ddp = nn.parallel.DistributedDataParallel(net)
-    opt = thor(net, 0.05, 0.03, 0.9, frequency=2, factor_decay=0.0, split_indices=[0])
+    opt = thor(net, 0.05, 0.03, 0.9, frequency=2, factor_decay=0.0, split_indices=[0], **kw)
     # this rank's own statistics of the first batch, before any step
     lnet = _net()
-    local = thor(lnet, 0.05, 0.03, 0.9, frequency=2, factor_decay=0.0)
+    local = thor(lnet, 0.05, 0.03, 0.9, frequency=2, factor_decay=0.0, **kw)
     x, y = _data(rank, 0)
     F.cross_entropy(lnet(x), y).backward()
     own = [lf.take_pending(1.0) for lf in local.layers]
@@ -60,8 +60,9 @@ def _worker(rank: int, world: int) -> dict:
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-def test_ranks_stay_identical_and_factors_are_averaged():
-    r0, r1 = run_distributed(_worker, world=2)
+@pytest.mark.parametrize("kw", [{}, {"pi_damping": True, "bias_in_a": True}])
+def test_ranks_stay_identical_and_factors_are_averaged(kw):
+    r0, r1 = run_distributed(_worker, world=2, args=(kw,))
     assert r0["refreshes"] == r1["refreshes"] == 3
     for a, b in zip(r0["params"], r1["params"]):
         assert torch.equal(a, b)
