@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lit_amp.callbacks.base import RunContext
+from lit_amp.callbacks.base import EVAL_HOOKS, TRAIN_HOOKS, RunContext
 from lit_amp.callbacks.lambda_callback import LambdaCallback
 from tests.callbacks._helpers import (
     simulate_eval,
@@ -14,20 +14,7 @@ from tests.callbacks._helpers import (
 
 def test_lambda_callback_hook_order() -> None:
     calls: list[str] = []
-    names = [
-        "on_train_begin",
-        "on_train_epoch_begin",
-        "on_train_step_begin",
-        "on_train_step_end",
-        "on_train_epoch_end",
-        "on_train_end",
-        "on_eval_begin",
-        "on_eval_epoch_begin",
-        "on_eval_step_begin",
-        "on_eval_step_end",
-        "on_eval_epoch_end",
-        "on_eval_end",
-    ]
+    names = [*TRAIN_HOOKS, *EVAL_HOOKS]
     cb = LambdaCallback(**{n: (lambda rc, n=n: calls.append(n)) for n in names})
     simulate_train([cb], epochs=2, batches=1)
     simulate_eval([cb], batches=1)

@@ -9,22 +9,10 @@ from torch import nn
 
 from lit_amp import Model
 from lit_amp.callbacks import Callback, History, LossMonitor
+from lit_amp.callbacks.base import EVAL_HOOKS, TRAIN_HOOKS
 from tests.helpers.data import make_batches, make_net
 
-HOOKS = (
-    "on_train_begin",
-    "on_train_epoch_begin",
-    "on_train_step_begin",
-    "on_train_step_end",
-    "on_train_epoch_end",
-    "on_train_end",
-    "on_eval_begin",
-    "on_eval_epoch_begin",
-    "on_eval_step_begin",
-    "on_eval_step_end",
-    "on_eval_epoch_end",
-    "on_eval_end",
-)
+HOOKS = TRAIN_HOOKS + EVAL_HOOKS
 
 
 class Recorder(Callback):

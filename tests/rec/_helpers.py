@@ -9,17 +9,10 @@ import torch
 from torch import nn
 
 from lit_amp.callbacks import Callback
+from lit_amp.callbacks.base import TRAIN_HOOKS  # noqa: F401 - re-exported to the rec tests
 from lit_amp.rec import RecModel, WideDeep
 from lit_amp.rec.sources import SyntheticClickSource, write_shard
 
-TRAIN_HOOKS = (
-    "on_train_begin",
-    "on_train_epoch_begin",
-    "on_train_step_begin",
-    "on_train_step_end",
-    "on_train_epoch_end",
-    "on_train_end",
-)
 EVAL_HOOKS = ("on_eval_begin", "on_eval_step_end", "on_eval_end")
 
 
