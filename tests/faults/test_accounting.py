@@ -60,7 +60,7 @@ def test_resuming_a_finished_stream_says_so(tmp_path, caplog):
         summary = make_model().online_train(DirectorySource(data, batch_size=4, max_idle_s=0),
                                             dataset_sink_mode=False, checkpoint=ckpt)
     assert summary.steps == 0 and summary.total_records == 8
-    assert summary.stop_reason == "source_exhausted"
+    assert summary.stop_reason == "idle_timeout"
     assert any("trained 0 steps" in r.getMessage() and r.levelname == "WARNING"
                for r in caplog.records)
 

@@ -88,7 +88,7 @@ def test_kills_and_sigterms_at_random_points_lose_nothing_and_run_no_poison(tmp_
     final = subprocess.run(cmd, capture_output=True, timeout=120)
     assert final.returncode == 0, final.stdout.decode()[-3000:] + final.stderr.decode()[-3000:]
     summary = json.loads(final.stdout.decode().split("SUMMARY ", 1)[1].splitlines()[0])
-    assert summary["stop_reason"] == "source_exhausted"
+    assert summary["stop_reason"] == "idle_timeout"
     ids = [i for _, batch in _trained(log) for i in batch]
     counts = collections.Counter(ids)
     assert set(counts) == valid, f"lost: {sorted(valid - set(counts))[:20]}"

@@ -99,7 +99,7 @@ def test_online_train_with_a_poison_row_publishes_finite_weights(tmp_path):
         DirectorySource(data, batch_size=8, max_idle_s=0), dataset_sink_mode=False,
         publish=PublishOptions(tmp_path / "pub", publish_every_n_steps=1),
     )
-    assert summary.records == 59 and summary.stop_reason == "source_exhausted"
+    assert summary.records == 59 and summary.stop_reason == "idle_timeout"
     served = load_published(tmp_path / "pub")["network"]
     assert all(torch.isfinite(v).all() for v in served.values() if v.is_floating_point())
     assert all(torch.isfinite(p).all() for p in model._network.parameters())

@@ -240,6 +240,9 @@ class DirectorySource(StreamSource):
         self.linger_s = linger_s
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = rank, world_size
+        #: why the last pass ended: ``"idle_timeout"`` (``max_idle_s`` without a new file),
+        #: ``"source_exhausted"`` (the ``end_marker``), ``"stopped"`` (the idle hook)
+        self.end_reason: str | None = None
         self.delete_consumed = delete_consumed
         self.files_deleted = 0
         self._cursor = {"done": frozenset(), "partial": {}}
@@ -451,6 +454,7 @@ class DirectorySource(StreamSource):
         buf_since = 0.0
         last_new = time.monotonic()
         bs = self.batch_size
+        self.end_reason = None
 
         def emit() -> Any:
             nonlocal parts, nbuf
@@ -509,16 +513,19 @@ class DirectorySource(StreamSource):
                 yield emit()
                 continue
             ended = self.max_idle_s is not None and now - last_new >= self.max_idle_s
+            reason = "idle_timeout"
             if self._retry_at:  # an unreadable file is still being retried
                 ended = False
             elif not ended and self.end_marker:
                 if os.path.exists(os.path.join(self.directory, self.end_marker)):
                     scan()  # files written before the marker must be read first
-                    ended = not queue
+                    ended, reason = not queue, "source_exhausted"
             if ended:
+                self.end_reason = reason
                 if nbuf and not self.drop_last:
                     yield emit()
                 return
             if self._idle():
+                self.end_reason = "stopped"
                 return
             self._sleep(self.poll_interval)

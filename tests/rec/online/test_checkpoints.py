@@ -239,7 +239,7 @@ def test_delete_consumed_needs_checkpoints_and_drains_the_folder_with_them(tmp_p
     s = make_model().online_train(
         source, checkpoint=CheckpointOptions(tmp_path / "ckpt", ckpt_every_n_steps=2)
     )
-    assert s.records == 48 and s.stop_reason == "source_exhausted"
+    assert s.records == 48 and s.stop_reason == "idle_timeout"
     assert [p.name for p in data.iterdir()] == []
     assert source.files_deleted == 6
 

@@ -116,7 +116,7 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_stay_within_one_interva
     out = stdout.decode()
     assert second.returncode == 0, (out + stderr.decode())[-3000:]
     summary = json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0])
-    assert summary["stop_reason"] == "source_exhausted"
+    assert summary["stop_reason"] == "idle_timeout"
     assert summary["resumed_from"].endswith(f"online-{ckpt_step:012d}.ckpt")
     run2 = _read_log(log)[len(run1) :]
     assert run2[0][0] == ckpt_step + 1  # the step counter continues from the checkpoint

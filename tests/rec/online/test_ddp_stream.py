@@ -102,7 +102,7 @@ def test_ddp_on_an_uneven_finite_stream_trains_every_record_once(tmp_path):
     summaries = _run_two_ranks(tmp_path, ["--delete-consumed"])
     assert [s["steps"] for s in summaries] == [5, 5]  # equal steps: fillers on rank 1
     assert [s["records"] for s in summaries] == [50, 20]
-    assert [s["stop_reason"] for s in summaries] == ["source_exhausted"] * 2
+    assert [s["stop_reason"] for s in summaries] == ["idle_timeout"] * 2
     logs = [[line.split()[1:] for line in (tmp_path / f"trained.log.rank{r}").read_text()
              .splitlines()] for r in (0, 1)]
     assert [len(x) for x in logs] == [5, 5]

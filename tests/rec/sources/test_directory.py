@@ -242,3 +242,13 @@ def test_checkpointed_deletes_only_consumed_files_it_would_read(tmp_path):
     assert (tmp_path / "part-000001.npz").exists()
     with pytest.raises(TypeError, match="'delete_consumed' must be a bool"):
         DirectorySource(tmp_path, delete_consumed="yes")
+
+
+def test_end_reason_says_idle_timeout_or_end_marker(tmp_path) -> None:
+    """A folder that stays empty ends for idleness; an end marker is a clean end (#18.13)."""
+    write_shard(tmp_path, "part-0", SyntheticClickSource(batch_size=8, seed=0).columns(0))
+    idle = DirectorySource(tmp_path, batch_size=8, max_idle_s=0.05, poll_interval=0.01)
+    assert len(list(idle)) == 1 and idle.end_reason == "idle_timeout"
+    (tmp_path / "_END").write_text("")
+    marked = DirectorySource(tmp_path, batch_size=8, end_marker="_END", poll_interval=0.01)
+    assert len(list(marked)) == 1 and marked.end_reason == "source_exhausted"
