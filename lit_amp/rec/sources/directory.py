@@ -252,15 +252,22 @@ class DirectorySource(StreamSource):
         self._failures: dict[str, int] = {}  # unreadable files: failed attempts
         self._retry_at: dict[str, float] = {}  # ... and when to try again
         self._sigs: dict[str, tuple[int, int, int]] = {}  # files read: (inode, size, mtime)
+        self._sigs_view: dict[str, list[int]] | None = None  # state_dict's snapshot of _sigs
         self._dir_mtime: int | None = None
 
     # ------------------------------------------------------------------ cursor
     def state_dict(self) -> dict[str, Any]:
-        """``{"done": frozenset of consumed file names, "partial": {name: rows consumed}}``.
+        """``{"done": consumed file names, "partial": {name: rows consumed}, "sigs": ...}``.
 
-        Cheap (the consumed set is shared, not copied): RecModel reads it after every batch.
+        ``sigs`` holds each read file's identity ``(inode, size, mtime_ns)``, so after a
+        restart a consumed name that now holds another file is read again. Cheap (the consumed
+        set and the identities are shared snapshots, not copied per call): RecModel reads it
+        after every batch.
         """
-        return {"done": self._cursor["done"], "partial": dict(self._cursor["partial"])}
+        if self._sigs_view is None:
+            self._sigs_view = {k: list(v) for k, v in self._sigs.items()}
+        return {"done": self._cursor["done"], "partial": dict(self._cursor["partial"]),
+                "sigs": self._sigs_view}
 
     def _restore(self, state: dict[str, Any]) -> None:
         done, partial = state.get("done", []), state.get("partial", {})
@@ -273,6 +280,13 @@ class DirectorySource(StreamSource):
             "done": frozenset(done),
             "partial": {str(k): int(v) for k, v in partial.items()},
         }
+        sigs = state.get("sigs") or {}
+        if isinstance(sigs, dict):
+            for name, sig in sigs.items():
+                if isinstance(name, str) and isinstance(sig, (list, tuple)) and len(sig) == 3:
+                    self._sigs[name] = tuple(int(x) for x in sig)
+            self._sigs_view = None
+            self._dir_mtime = None  # compare the restored identities at the first scan
 
     def checkpointed(self, state: dict[str, Any]) -> None:
         """With ``delete_consumed``: delete the files that ``state`` counts as consumed.
@@ -311,14 +325,19 @@ class DirectorySource(StreamSource):
         """
         done: set[str] = set()
         partial: dict[str, int] = {}
+        sigs: dict[str, Any] = {}
         for s in states:
             done.update(s.get("done", []))
             for k, v in s.get("partial", {}).items():
                 partial[k] = max(partial.get(k, 0), int(v))
-        return {
+            sigs.update(s.get("sigs") or {})
+        merged: dict[str, Any] = {
             "done": sorted(done),
             "partial": {k: v for k, v in partial.items() if k not in done},
         }
+        if sigs:
+            merged["sigs"] = {k: v for k, v in sigs.items() if k in done}
+        return merged
 
     # ------------------------------------------------------------------ files
     def _list(self) -> list[str] | None:
@@ -361,10 +380,12 @@ class DirectorySource(StreamSource):
                 st = os.stat(os.path.join(self.directory, name))
             except OSError:
                 del self._sigs[name]  # gone: forget it
+                self._sigs_view = None
                 continue
             if name in done and (st.st_ino, st.st_size, st.st_mtime_ns) != self._sigs[name]:
                 replaced.add(name)
                 del self._sigs[name]
+                self._sigs_view = None
         return replaced
 
     def _read(self, name: str, start: int) -> Any:
@@ -374,6 +395,7 @@ class DirectorySource(StreamSource):
         try:
             st = os.stat(path)
             self._sigs[name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+            self._sigs_view = None
             if name.endswith(".jsonl"):
                 with open(path, "rb") as f:
                     lines = f.read().splitlines()

@@ -62,7 +62,9 @@ def test_cursor_is_the_position_of_the_last_batch_yielded(tmp_path):
     src = DirectorySource(tmp_path, batch_size=4, max_idle_s=0)
     it = iter(src)
     next(it)
-    assert src.state_dict() == {"done": {"part-000000.npz"}, "partial": {}}
+    state = src.state_dict()
+    assert (state["done"], state["partial"]) == ({"part-000000.npz"}, {})
+    assert "part-000000.npz" in state["sigs"]  # its identity, for a restart
     next(it)
     assert src.state_dict()["done"] == {"part-000000.npz", "part-000001.npz"}
 
@@ -252,3 +254,21 @@ def test_end_reason_says_idle_timeout_or_end_marker(tmp_path) -> None:
     (tmp_path / "_END").write_text("")
     marked = DirectorySource(tmp_path, batch_size=8, end_marker="_END", poll_interval=0.01)
     assert len(list(marked)) == 1 and marked.end_reason == "source_exhausted"
+
+
+def test_a_consumed_name_replaced_while_the_trainer_is_down_is_read_again(tmp_path) -> None:
+    """The cursor stores each consumed file's identity (inode, size, mtime), not only its name
+    (#18.12): after a restart, a new file under a consumed name is trained, an untouched one is
+    not trained twice."""
+    fill_dir(tmp_path, 2, 4)
+    first = DirectorySource(tmp_path, batch_size=4, max_idle_s=0)
+    assert len(list(first)) == 2
+    state = first.state_dict()
+    # while "down": part-1 is replaced by a new file of another size under the same name
+    gen = SyntheticClickSource(batch_size=6, seed=9)
+    (tmp_path / "part-000001.npz").unlink()
+    write_shard(tmp_path, "part-000001", gen.columns(0))
+    again = DirectorySource(tmp_path, batch_size=6, max_idle_s=0)
+    again.load_state_dict(state)
+    batches = list(again)
+    assert [len(y) for _, y in batches] == [6]  # only the new file
