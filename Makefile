@@ -7,14 +7,14 @@ STAMP     := $(VENV)/.installed
 # `torch` would pull a multi-GB CUDA build).
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test bench lint clean conformance-record
+.PHONY: demo test bench lint clean conformance-record docs
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1; then $(VPY) -m pip install -q torch; \
 	else $(VPY) -m pip install -q $(TORCH_PIN); fi
-	$(VPY) -m pip install -q -e ".[dev,examples]"
+	$(VPY) -m pip install -q -e ".[dev,examples,docs]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -34,11 +34,15 @@ bench: $(STAMP)
 	$(VPY) bench/boost.py
 	$(VPY) bench/thor.py
 
+# the API reference from the docstrings (mkdocs-material + mkdocstrings), into site/
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 lint: $(STAMP)
 	$(VPY) -m ruff check lit_amp tests bench examples conformance
 
 clean:
-	rm -rf $(VENV) lightning_logs outputs multirun runs .pytest_cache
+	rm -rf $(VENV) lightning_logs outputs multirun runs .pytest_cache site
 
 # MindSpore itself, in its own venv (never a dependency of `make test`): mindspore 2.10 wheels
 # need CPython <= 3.11 and numpy < 2
