@@ -1,4 +1,4 @@
-"""``build_train_network``: MindSpore's mixed-precision train-step builder (spec §2.4), in torch.
+"""``build_train_network``: MindSpore's mixed-precision train-step builder (docs/semantics.md §2.4).
 
 The returned module is a train step: calling it with a batch runs the forward, the loss, the
 backward and the optimizer step, and returns the (detached, unscaled) loss - or
@@ -91,7 +91,7 @@ class WithLossCellAmp(WithLossCell):
 
 
 class TrainOneStepWithLossScaleCell(TrainOneStepCell):
-    """One loss-scaled step (MindSpore's ``TrainOneStepWithLossScaleCell``, spec §2.7).
+    """One loss-scaled step (MindSpore's ``TrainOneStepWithLossScaleCell``, docs/semantics.md §2.7).
 
     ``loss * scale`` is back-propagated, the gradients are unscaled before the optimizer, an
     overflowing step (inf/NaN gradients) skips the optimizer step when the manager drops

@@ -1,7 +1,7 @@
 """MindSpore's wrapper cells in PyTorch: ``WithLossCell``, ``WithEvalCell``, ``TrainOneStepCell``.
 
 Pure PyTorch (no Lightning). ``Model``/``LitModel`` build these exactly as MindSpore's
-``Model._build_*_network`` does (spec §1.2); ``build_train_network`` returns a
+``Model._build_*_network`` does (docs/semantics.md §1.2); ``build_train_network`` returns a
 ``TrainOneStepCell`` (or its loss-scaled subclass). :class:`UpdateCellManager` lets a loss-scale
 update cell stand where MindSpore's ``TrainOneStepWithLossScaleCell`` takes
 ``scale_sense=<update cell>``.

@@ -1,4 +1,4 @@
-"""MindSpore's built-in mixed-precision lists, as PyTorch modules and functions (spec §2.1).
+"""MindSpore's built-in mixed-precision lists as torch modules/functions (docs/semantics.md §2.1).
 
 The **white list** names what computes in the low dtype at level ``O1``: module classes
 (MindSpore's Cells) and torch functions (MindSpore's Primitives). The **black list** names the
@@ -125,7 +125,7 @@ BLACK_LIST_MODULES: tuple[type[nn.Module], ...] = (
 MINDSPORE_BLACK_LIST_MODULES: tuple[type[nn.Module], ...] = BLACK_LIST_MODULES[:4]
 
 #: Modules that always compute in float32 inside a converted network, at every level: loss
-#: modules (the loss is computed in float32, spec §2.4) and torchmetrics metrics.
+#: modules (the loss is computed in float32, docs/semantics.md §2.4) and torchmetrics metrics.
 FP32_MODULES: tuple[type[nn.Module], ...] = (nn.modules.loss._Loss,)
 
 

@@ -1,4 +1,4 @@
-"""``AutoBoost``: MindSpore's boost levels as one Lightning callback (spec §3.1-3.3).
+"""``AutoBoost``: MindSpore's boost levels as one Lightning callback (docs/semantics.md §3.1-3.3).
 
 ``AutoBoost(level, boost_config_dict)`` resolves the level table and the config
 (:mod:`lit_amp.boost.config`) into the algorithm callbacks, in MindSpore's order:

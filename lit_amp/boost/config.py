@@ -1,4 +1,4 @@
-"""Boost levels and ``boost_config_dict``: MindSpore's schema, validated (spec §3.1-3.2).
+"""Boost levels and ``boost_config_dict``: MindSpore's schema, checked (docs/semantics.md §3.1-3.2).
 
 Pure Python. :func:`parse_boost_config` turns a level and a ``boost_config_dict`` (a dict, a
 JSON file path, ``""`` or None) into a frozen :class:`BoostConfig`: which algorithms are on and
@@ -256,7 +256,7 @@ def parse_boost_config(level: str = "O0", boost_config_dict: Any = None) -> Boos
     """Resolve ``level`` and ``boost_config_dict`` into a :class:`BoostConfig`.
 
     Args:
-        level: "O0", "O1" or "O2" (the level table, spec §3.1).
+        level: "O0", "O1" or "O2" (the level table, docs/semantics.md §3.1).
         boost_config_dict: a dict in MindSpore's schema, the path of a JSON file holding one,
             or None / ``""`` / ``{}`` (the level's table and the defaults).
 

@@ -1,4 +1,4 @@
-"""DimReduce: quasi-Newton steps in a PCA subspace of the weights, with line search (spec §3.3).
+"""DimReduce: quasi-Newton steps, line search, in a PCA weight subspace (docs/semantics.md §3.3).
 
 MindSpore's ``DimReduce`` (MS ``boost/dim_reduce.py``, ``boost/base.py``). With ``P`` the
 ``k x n`` PCA matrix of the flattened trainable weights (rows = principal directions), each

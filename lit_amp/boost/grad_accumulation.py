@@ -1,6 +1,6 @@
 """GradientAccumulation: one optimizer update every ``grad_accumulation_step`` batches.
 
-MindSpore (MS ``boost/grad_accumulation.py``, spec §3.3) accumulates ``g / step`` over
+MindSpore (MS ``boost/grad_accumulation.py``, docs/semantics.md §3.3) accumulates ``g / step`` over
 ``step`` micro-batches and then runs the optimizer once; it is enabled only when
 ``grad_accumulation_step > 1``. The returned loss stays the per-micro-batch loss.
 

@@ -1,4 +1,4 @@
-"""GradientFreeze: on some steps, train only a suffix of the network (spec §3.3).
+"""GradientFreeze: on some steps, train only a suffix of the network (docs/semantics.md §3.3).
 
 MindSpore's ``GradientFreeze(param_groups, freeze_type, freeze_p, total_steps)``
 (MS ``boost/grad_freeze.py``):

@@ -1,4 +1,4 @@
-"""GroupLossScaleManager: one dynamic loss scale per layer group ("enhanced AMP", spec §3.3).
+"""GroupLossScaleManager: a loss scale per layer group ("enhanced AMP", docs/semantics.md §3.3).
 
 MindSpore's ``boost.GroupLossScaleManager(init_loss_scale, loss_scale_groups)`` (MS
 ``boost/group_loss_scale_manager.py`` and ``BoostTrainOneStepWithLossScaleCell``):

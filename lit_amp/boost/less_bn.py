@@ -1,6 +1,6 @@
 """LessBN: fewer BatchNorm layers, a normalized classifier head, gradient centralization.
 
-MindSpore's ``LessBN`` (spec §3.3, MS ``boost/less_batch_normalization.py``, graph pass
+MindSpore's ``LessBN`` (docs/semantics.md §3.3, MS ``boost/less_batch_normalization.py``, graph pass
 ``frontend/optimizer/irpass/less_batch_normalization.cc``) has three parts; lit_amp does each
 eagerly, on the module tree:
 

@@ -10,12 +10,12 @@ ConfusionMatrix), :mod:`~lit_amp.metrics.precision_recall` (Precision, Recall, F
 
 ``Model(metrics={"acc", "loss"})`` takes MindSpore's metric names; :func:`get_metrics` turns
 them into metric objects and :func:`update_metrics` feeds them the eval network's outputs
-exactly as MindSpore's ``Model._update_metrics`` does (spec §1.4). Every metric here is a
+as MindSpore's ``Model._update_metrics`` does (docs/semantics.md §1.4). Every metric here is a
 :class:`torchmetrics.Metric`, so its states are reduced across processes under DDP
 (``dist_reduce_fx="sum"`` for fixed-size states, ``"cat"`` for the others) and Lightning
 moves it with the module.
 
-The values are MindSpore's, not torchmetrics' defaults (spec §1.8):
+The values are MindSpore's, not torchmetrics' defaults (docs/semantics.md §1.8):
 
 - ``Precision``, ``Recall`` and ``F1`` return a **per-class** tensor
   (``TP / (predicted_positive + eps)`` with ``eps = sys.float_info.min``);

@@ -3,11 +3,14 @@
 A dataset is a ``torch.utils.data.DataLoader`` or any re-iterable yielding ``(data, label)``
 tuples (n-tuples when ``loss_fn`` is None). Its size is ``len()`` when defined.
 
-Sink mode (spec §1.4): with ``sink_size > 0`` an epoch is exactly ``sink_size`` batches taken
+Sink mode (docs/semantics.md §1.4): with ``sink_size > 0`` an epoch is exactly ``sink_size`` batches
 from one continuous stream that carries over between epochs; epoch k trains on stream batches
 ``[(k-1)*sink_size, k*sink_size)``, wrapping across dataset boundaries. :class:`SinkStream` is
 that stream, shaped for Lightning: one "batch" per epoch holding the ``sink_size`` batches of
 the sink, so the whole sink runs as one tight inner loop inside one Lightning step.
+
+Size: just over 500 lines - the sink stream, its lazy sinks and their per-rank placement share
+one iteration state; split, each piece would reach into the others.
 """
 
 from __future__ import annotations

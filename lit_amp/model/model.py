@@ -3,7 +3,7 @@
 ``Model`` builds a :class:`~lit_amp.model.lit_model.LitModel`, a Lightning ``Trainer`` per call
 (options from ``Model(..., trainer={...})``) and the bridge that calls MindSpore callbacks in
 MindSpore's order. ``train``/``fit``/``eval``/``predict`` keep MindSpore's signatures, defaults
-and argument checks (spec §1.3-1.4).
+and argument checks (docs/semantics.md §1.3-1.4).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class Model:
             initial_epoch: epochs already done (resume).
 
         Raises:
-            TypeError, ValueError: bad arguments (see spec §1.3); ValueError also for a
+            TypeError, ValueError: bad arguments (see docs/semantics.md §1.3); ValueError also for a
                 strategy that starts its own processes (``ddp_spawn``: use ``'ddp'``).
         """
         size, sink_size = check_train_args(

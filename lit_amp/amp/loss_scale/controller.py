@@ -4,7 +4,7 @@ Pure PyTorch (no Lightning). ``LitModel``'s training step, the ``AmpPrecision`` 
 plugin and the cell returned by ``build_train_network`` all drive a controller built from a
 :class:`~lit_amp.amp.loss_scale.managers.LossScaleManager`; a raw PyTorch loop can use it too.
 
-One training step (spec §2.7), for any number of optimizers::
+One training step (docs/semantics.md §2.7), for any number of optimizers::
 
     controller.scale_loss(loss).backward()          # loss * scale; `loss` itself is untouched
     for opt in optimizers:
@@ -22,7 +22,7 @@ One training step (spec §2.7), for any number of optimizers::
 
 Semantics:
 
-- The scale follows the manager's update cell — MindSpore's device-side rule (spec §2.6) plus
+- The scale follows the manager's update cell: MindSpore's device rule (docs/semantics.md §2.6) plus
   lit_amp's optional hysteresis and min/max clamps; a fixed manager keeps its scale.
 - ``drop_overflow_update`` (``FixedLossScaleManager(S, drop_overflow_update=False)``): scale by
   ``S``, unscale, and never skip, exactly as MindSpore's ``TrainOneStepCell(sens=S)`` with an
@@ -337,7 +337,7 @@ class LossScaleController:
     def update(self, overflow: bool | Tensor) -> None:
         """Finish the step: update the scale, the counters and the guard. Once per step.
 
-        The scale moves by the manager's update cell (spec §2.6 device-side rule with
+        The scale moves by the manager's update cell (docs/semantics.md §2.6 device-side rule with
         lit_amp's hysteresis and clamps; constant for a fixed manager). Increments
         :attr:`steps`, :attr:`skipped_steps` (when :meth:`should_skip`) and
         :attr:`consecutive_overflows`. No-op when disabled.

@@ -125,7 +125,7 @@ class DynamicLossScaleUpdateCell(nn.Module):
     """Device-side dynamic loss-scale update (MindSpore ``nn.DynamicLossScaleUpdateCell``).
 
     ``forward(loss_scale, overflow)`` writes the new scale into the fp32 tensor ``loss_scale``
-    in place and returns ``overflow``. The rule (spec §2.6; ``cur_iter`` starts at 1,
+    in place and returns ``overflow``. The rule (docs/semantics.md §2.6; ``cur_iter`` starts at 1,
     ``last_overflow_iter`` at 0), with lit_amp's hysteresis and clamps::
 
         shrink     = overflow and hysteresis_left <= 1       # hysteresis=1: every overflow

@@ -1,7 +1,7 @@
 """Functional loss scalers: MindSpore's ``mindspore.amp`` ``LossScaler`` family in PyTorch.
 
 Pure PyTorch (no Lightning). These are the building blocks for a hand-written training loop
-(spec §2.5); ``Model`` / ``LitModel`` / ``AmpPrecision`` use
+(docs/semantics.md §2.5); ``Model`` / ``LitModel`` / ``AmpPrecision`` use
 :class:`~lit_amp.amp.loss_scale.controller.LossScaleController` instead.
 
 - :class:`StaticLossScaler` multiplies by a fixed scale; :meth:`~LossScaler.adjust` does nothing.
@@ -268,7 +268,7 @@ class StaticLossScaler(_TensorScaler):
 class DynamicLossScaler(_TensorScaler):
     """Dynamic loss scale (MindSpore ``amp.DynamicLossScaler``).
 
-    :meth:`adjust` implements spec §2.5 exactly::
+    :meth:`adjust` implements docs/semantics.md §2.5 exactly::
 
         if finite:
             if counter == scale_window - 1 and isfinite(scale * factor): scale = scale * factor

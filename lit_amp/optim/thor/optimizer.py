@@ -1,6 +1,6 @@
 """THOR, MindSpore's second-order optimizer, as a ``torch.optim.Optimizer`` (pure PyTorch).
 
-``thor(net, learning_rate, damping, momentum, ...)`` (spec §4.1) returns a :class:`THOR`
+``thor(net, learning_rate, damping, momentum, ...)`` (docs/semantics.md §4.1) gives a :class:`THOR`
 optimizer over ``net``'s trainable parameters. Every ``frequency`` steps it runs one
 **second-order step**: statistics hooks on the Linear / Conv1d / Conv2d / Embedding layers
 record the Kronecker factors A and G of this batch, the factors are (optionally) averaged with
