@@ -21,7 +21,7 @@ import os
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -464,6 +464,20 @@ class DirectorySource(StreamSource):
         )
         return done, new
 
+    def _stream_end(self, idle_for: float, drained: Callable[[], bool]) -> str | None:
+        """Why the stream ends now, or None while it goes on.
+
+        ``drained()`` rescans the folder and tells whether nothing is left to read (files
+        written before the end marker must be read first).
+        """
+        if self._retry_at:  # an unreadable file is still being retried
+            return None
+        if self.max_idle_s is not None and idle_for >= self.max_idle_s:
+            return "idle_timeout"
+        if self.end_marker and os.path.exists(os.path.join(self.directory, self.end_marker)):
+            return "source_exhausted" if drained() else None
+        return None
+
     def __iter__(self) -> Iterator[Any]:
         shard, nshards = resolve_shard(self.rank, self.world_size)
         done: frozenset[str] = self._cursor["done"]
@@ -534,15 +548,8 @@ class DirectorySource(StreamSource):
             if nbuf and self.linger_s is not None and now - buf_since >= self.linger_s:
                 yield emit()
                 continue
-            ended = self.max_idle_s is not None and now - last_new >= self.max_idle_s
-            reason = "idle_timeout"
-            if self._retry_at:  # an unreadable file is still being retried
-                ended = False
-            elif not ended and self.end_marker:
-                if os.path.exists(os.path.join(self.directory, self.end_marker)):
-                    scan()  # files written before the marker must be read first
-                    ended, reason = not queue, "source_exhausted"
-            if ended:
+            reason = self._stream_end(now - last_new, lambda: (scan(), not queue)[1])
+            if reason is not None:
                 self.end_reason = reason
                 if nbuf and not self.drop_last:
                     yield emit()
