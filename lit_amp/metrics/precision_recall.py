@@ -21,11 +21,12 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torchmetrics.functional.classification import multiclass_stat_scores
 from torchmetrics.utilities import dim_zero_cat
 
-from lit_amp._validation import check_int, check_number
+from lit_amp._validation import check_bool, check_int, check_number
 from lit_amp.metrics.base import (
     MindSporeMetric,
     _check_binary_values,
@@ -179,6 +180,29 @@ class _PrecisionRecall(_MultilabelMixin, _PerClassBase):
             return self._compute_multilabel()
         positives = self._checked_counts(_PRED_POS if self._use_pred else _ACTUAL_POS)
         return self.true_positives.double() / (positives + _EPS)
+
+    def eval(self, average: bool = False) -> Any:
+        """MindSpore's ``eval(average=False)``: per-class values, or their mean with ``average``.
+
+        Args:
+            average: return the mean over classes (a ``numpy.float64``) instead of the
+                per-class numpy array.
+
+        Raises:
+            TypeError: ``average`` is not a bool.
+            RuntimeError: no sample was seen since the last ``clear``.
+
+        Example:
+            >>> import torch
+            >>> m = Recall()
+            >>> y_pred = torch.tensor([[0.2, 0.5], [0.3, 0.1], [0.9, 0.6]])
+            >>> m.update(y_pred, torch.tensor([1, 0, 1]))
+            >>> m.eval(), m.eval(average=True)
+            (array([1. , 0.5]), np.float64(0.75))
+        """
+        check_bool(type(self).__name__ + ".eval", "average", average)
+        value = super().eval()
+        return np.float64(np.mean(value)) if average else value
 
 
 class Precision(_PrecisionRecall):

@@ -58,3 +58,18 @@ def test_module_train_eval_switch_still_works_with_metrics_inside() -> None:
     model = Model(make_net(), nn.CrossEntropyLoss(), metrics={"acc"})
     out = model.eval(make_batches(2))
     assert set(out) == {"acc"} and 0.0 <= out["acc"] <= 1.0
+
+
+def test_precision_and_recall_eval_average_is_the_mean_over_classes() -> None:
+    """MindSpore's ``Precision().eval(average=True)`` (#16.3): the per-class mean."""
+    import numpy as np
+    import torch
+
+    from lit_amp.metrics import Precision, Recall
+
+    y_pred = torch.tensor([[0.2, 0.5], [0.3, 0.1], [0.9, 0.6]])
+    for cls in (Precision, Recall):
+        m = cls()
+        m.update(y_pred, torch.tensor([1, 0, 1]))
+        per_class = m.eval()
+        assert m.eval(average=True) == np.mean(per_class)
