@@ -20,10 +20,15 @@ does not divide the world into ≥ 2 blocks (``local_size=1``: every rank is a b
 makes it usable — and testable — with 2 CPU processes. Any world size works (an odd block is
 carried up the tree); MindSpore needs a power of two.
 
-Implementation: optimizer step pre-/post-hooks (snapshot, then combine after the local step:
-one all-gather of the flattened delta per step — through shared memory when every rank runs on
-this host with gloo (``transport="auto"``, :mod:`lit_amp.boost._shm`), else the process group).
-With ``local_size=1`` DDP's gradient
+Implementation: optimizer step pre-/post-hooks (snapshot, then combine after the local step).
+The flattened delta travels by Horovod's recursive vector halving through the process group's
+point-to-point sends (:class:`_Halving`): each level swaps half of the current slice with a
+partner, sums the per-tensor partial dot products and norms over the ranks of the subtree, and
+recurses on the half; one all-gather of the slices ends it. Each rank sends about 2N floats for
+N parameters whatever the number of ranks (the former all-gather sent (world - 1) x N and held
+world x N; ``bench/adasum_bytes.py``). Two ranks exchange by one all-gather (the same N floats,
+one collective); on one host with gloo they use shared memory (:mod:`lit_amp.boost._shm`,
+``transport="auto"``), measured faster there. With ``local_size=1`` DDP's gradient
 synchronisation is switched off altogether (each rank keeps its own gradients; the floating
 buffers DDP would broadcast, BatchNorm's running statistics, are averaged over the ranks in the
 same ``all_gather`` instead); with blocks, a DDP communication hook replaces DDP's gradient
@@ -39,8 +44,9 @@ Example:
     >>> adasum_combine(a, a)            # parallel: averaged
     tensor([1., 0.])
 
-Size: a few lines over 500 — the combine tree, the exchange and the DDP hooks share one
-state object; the transports already live apart (:mod:`lit_amp.boost._shm`).
+Size: over 500 lines — the combine tree, both exchanges (vector halving, and the all-gather
+it is tested against) and the DDP hooks share the layout and tree code; the shared-memory
+transport already lives apart (:mod:`lit_amp.boost._shm`).
 """
 
 from __future__ import annotations
@@ -93,17 +99,20 @@ def adasum_combine(a: Tensor, b: Tensor, eps: float = EPS) -> Tensor:
 class _Layout:
     """Where each tensor's segment lies in a flat vector, for the per-tensor AdaSum."""
 
-    __slots__ = ("sizes", "lengths", "index", "scalar_idx")
+    __slots__ = ("sizes", "lengths", "index", "scalar_idx", "starts", "ends", "scalar_mask")
 
     def __init__(self, shapes: Sequence[torch.Size], device: torch.device) -> None:
         self.sizes = [int(torch.Size(sh).numel()) for sh in shapes]
         self.lengths = torch.tensor(self.sizes, device=device)
+        self.ends = torch.cumsum(self.lengths, 0)
+        self.starts = self.ends - self.lengths
         # segment id of every flat element: a gather index for the per-segment coefficients
         self.index = torch.repeat_interleave(
             torch.arange(len(self.sizes), device=device), self.lengths
         )
         offsets = [sum(self.sizes[:i]) for i, n in enumerate(self.sizes) if n == 1]
         self.scalar_idx = torch.tensor(offsets, dtype=torch.long, device=device)
+        self.scalar_mask = (self.lengths == 1).index_select(0, self.index)
 
 
 def _combine_flat(a: Tensor, b: Tensor, layout: _Layout, eps: float) -> Tensor:
@@ -161,7 +170,17 @@ def adasum_reduce(deltas: Sequence[Sequence[Tensor]] | Sequence[Tensor], eps: fl
     return res[0] if single else res
 
 
-def _exchange(
+# ------------------------------------------------------------------ the exchange
+#: bytes this process has sent in AdaSum exchanges (point-to-point sends counted exactly;
+#: collectives by their ring algorithm's share per rank) — read by ``bench/adasum_bytes.py``
+TRAFFIC = {"bytes_sent": 0}
+
+
+def _count(numel: int, itemsize: int = 4) -> None:
+    TRAFFIC["bytes_sent"] += int(numel) * itemsize
+
+
+def _allgather_exchange(
     delta: Tensor,
     layout: _Layout,
     group: Any,
@@ -170,9 +189,10 @@ def _exchange(
     eps: float = EPS,
     channel: ShmAllGather | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """AdaSum over ranks of a flat fp32 vector (segments = tensors), and the mean of
-    ``buffers`` over ranks, in one all-gather (through ``channel`` when given, else the
-    process group); returns new tensors (mean None without buffers)."""
+    """The all-gather exchange (every rank receives every rank's whole delta: traffic and
+    memory grow with ranks x parameters): through ``channel`` (shared memory, one host) when
+    given, else the process group. Kept for ``transport="shm"`` and as the reference the
+    vector-halving exchange is tested against."""
     n = delta.numel()
     flat = delta
     if buffers:
@@ -183,11 +203,184 @@ def _exchange(
     else:
         gathered = torch.empty(world, flat.numel(), dtype=flat.dtype, device=flat.device)
         dist.all_gather(list(gathered.unbind(0)), flat, group=group)
+    _count((world - 1) * flat.numel(), flat.element_size())
     rows = list(gathered[:, :n].unbind(0)) if buffers else list(gathered.unbind(0))
     rows = rows[::local_size] if local_size > 1 and world % local_size == 0 else rows
     combined = _average_scalars(_tree(rows, layout, eps), rows, layout.scalar_idx)
     mean = gathered[:, n:].mean(0) if buffers else None
     return combined, mean
+
+
+Slice = tuple[int, int]
+
+
+class _Halving:
+    """Horovod's recursive vector-halving AdaSum of one flat vector, for one rank.
+
+    The ranks taking part (block leaders, "virtual ranks" ``0..B-1``) form the combine tree of
+    :func:`_tree`: at level ``k`` the node of ranks ``[g, g + 2^(k-1))`` (always complete)
+    combines with the node ``[g + 2^(k-1), g + 2^k)`` (possibly cut short by ``B``, or empty:
+    then carried up). Every rank holds one contiguous slice of its node's vector (``held``,
+    known to all ranks). Two complete nodes halve: paired ranks hold the same slice, the left
+    one keeps the first half and the right one the second, and they swap the other halves. A
+    cut-short right node instead sends its pieces to the left node's holders (and holds
+    nothing afterwards). Per-tensor dot products and norms are partial sums over the slices,
+    summed over the node's holders (an aligned power-of-two group) by recursive doubling; at
+    the end every rank all-gathers the slices. Sent per rank: ~N/2 + N/4 + ... + ~N in the
+    final gather, about 2N floats whatever the number of ranks (plus 3 scalars per tensor and
+    level). Single-element tensors are summed along the tree and divided by B at the end.
+    With blocks (``local_size > 1``) only the block leaders halve; the closing all-gather
+    includes every rank (non-leaders send padding), ~``local_size`` x N floats per rank.
+    """
+
+    def __init__(self, layout: _Layout, group: Any, local_size: int, eps: float) -> None:
+        self.layout, self.group, self.eps = layout, group, eps
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        self.world = world
+        self.ls = local_size if local_size > 1 and world % local_size == 0 else 1
+        self.blocks = world // self.ls
+        self.me = rank // self.ls if rank % self.ls == 0 else None
+
+    def _peer(self, v: int) -> int:
+        r = v * self.ls
+        return r if self.group is None else dist.get_global_rank(self.group, r)
+
+    def _p2p(self, sends: list[tuple[int, Tensor]], recvs: list[tuple[int, Tensor]]) -> None:
+        ops = [dist.P2POp(dist.isend, t.contiguous(), self._peer(v), self.group) for v, t in sends]
+        ops += [dist.P2POp(dist.irecv, t, self._peer(v), self.group) for v, t in recvs]
+        for _, t in sends:
+            _count(t.numel(), t.element_size())
+        if ops:  # batched: NCCL needs the sends and receives of a swap in one group call
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+
+    def _allreduce(self, x: Tensor, g0: int, size: int) -> Tensor:
+        """Sum of ``x`` over virtual ranks ``[g0, g0 + size)`` (size a power of two), by
+        recursive doubling; x + y == y + x, so every rank gets the same bits."""
+        step = 1
+        while step < size:
+            buf = torch.empty_like(x)
+            self._p2p([(g0 + ((self.me - g0) ^ step), x)], [(g0 + ((self.me - g0) ^ step), buf)])
+            x = x + buf
+            step *= 2
+        return x
+
+    def _redistribute(
+        self, data: Tensor, held: dict[int, Slice], tgt: dict[int, Slice], nodes: tuple
+    ) -> tuple[Tensor, Tensor]:
+        """Send my pieces to their new holders; return (left's, right's) vector on my slice."""
+        me, mine, want = self.me, held[self.me], tgt[self.me]
+        sends, recvs, got = [], [], {}
+        for q in (*nodes[0], *nodes[1]):
+            out, inn = _intersect(mine, tgt[q]), _intersect(held[q], want)
+            if q != me and out:
+                sends.append((q, data[out[0] - mine[0] : out[1] - mine[0]]))
+            if q != me and inn:
+                got[q] = data.new_empty(inn[1] - inn[0])
+                recvs.append((q, got[q]))
+        self._p2p(sends, recvs)
+        sides = []
+        for side in nodes:
+            pieces = []
+            for q in sorted(side, key=lambda q: held[q][0]):
+                inn = _intersect(held[q], want)
+                if inn:
+                    pieces.append(got[q] if q != me else data[inn[0] - mine[0] : inn[1] - mine[0]])
+            sides.append(torch.cat(pieces) if pieces else data.new_empty(0))
+        return sides[0], sides[1]
+
+    def _combine(self, a: Tensor, b: Tensor, sl: Slice, g0: int, size: int) -> Tensor:
+        """AdaSum of a and b on my slice, with per-tensor sums over the holders."""
+        lay = self.layout
+        s, e = sl
+        lengths = lay.ends.clamp(s, e) - lay.starts.clamp(s, e)
+        part = torch.stack(
+            [torch.segment_reduce(x, "sum", lengths=lengths) for x in (a * b, a * a, b * b)]
+        ) if e > s else a.new_zeros(3, len(lay.sizes))
+        dot, na, nb = self._allreduce(part, g0, size).add_(self.eps).unbind(0)
+        idx = lay.index[s:e]
+        ca = (1 - dot / (2 * na)).index_select(0, idx)
+        cb = (1 - dot / (2 * nb)).index_select(0, idx)
+        return torch.where(lay.scalar_mask[s:e], a + b, torch.addcmul(ca.mul_(a), cb, b))
+
+    def _level(self, data: Tensor, held: dict[int, Slice], size: int) -> Tensor:
+        """One level of the tree (nodes of ``size`` ranks combine in pairs)."""
+        for g0 in range(0, self.blocks, 2 * size):
+            left = range(g0, g0 + size)
+            right = range(g0 + size, min(g0 + 2 * size, self.blocks))
+            if not right:
+                continue
+            full = len(right) == size
+            tgt: dict[int, Slice] = {}
+            for i, v in enumerate(left):
+                s, e = held[v]
+                tgt[v] = (s, (s + e) // 2) if full else (s, e)
+                if full:
+                    tgt[right[i]] = ((s + e) // 2, e)
+            if not full:
+                tgt.update({v: (0, 0) for v in right})
+            if self.me is not None and g0 <= self.me < g0 + 2 * size:
+                a, b = self._redistribute(data, held, tgt, (left, right))
+                holders = 2 * size if full else size
+                if self.me < g0 + holders:
+                    data = self._combine(a, b, tgt[self.me], g0, holders)
+                else:
+                    data = data.new_empty(0)
+            held.update(tgt)
+        return data
+
+    def run(self, delta: Tensor) -> Tensor:
+        n = delta.numel()
+        held: dict[int, Slice] = {v: (0, n) for v in range(self.blocks)}
+        data, size = delta, 1
+        while size < self.blocks:
+            data = self._level(data, held, size)
+            size *= 2
+        lmax = max(e - s for s, e in held.values())
+        mine = delta.new_zeros(lmax)
+        if self.me is not None:
+            mine[: data.numel()] = data
+        gathered = delta.new_empty(self.world, lmax)
+        dist.all_gather(list(gathered.unbind(0)), mine, group=self.group)
+        _count((self.world - 1) * lmax, delta.element_size())
+        out = delta.new_empty(n)
+        for v, (s, e) in held.items():
+            out[s:e] = gathered[v * self.ls, : e - s]
+        if self.layout.scalar_idx.numel():
+            out[self.layout.scalar_idx] /= self.blocks
+        return out
+
+
+def _intersect(x: Slice, y: Slice) -> Slice | None:
+    s, e = max(x[0], y[0]), min(x[1], y[1])
+    return (s, e) if s < e else None
+
+
+def _exchange(
+    delta: Tensor,
+    layout: _Layout,
+    group: Any,
+    local_size: int,
+    buffers: Sequence[Tensor] = (),
+    eps: float = EPS,
+    channel: ShmAllGather | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """AdaSum over ranks of a flat fp32 vector (segments = tensors), and the mean of
+    ``buffers`` over ranks; returns new tensors (mean None without buffers). Through
+    ``channel`` (shared memory): the all-gather exchange; else vector halving through the
+    process group's point-to-point sends, and an all-reduce for the buffers. Two ranks use the
+    all-gather: the same N floats sent per rank as halving, in one collective instead of three
+    (``bench/adasum_bytes.py``)."""
+    if channel is not None or dist.get_world_size(group) == 2:
+        return _allgather_exchange(delta, layout, group, local_size, buffers, eps, channel)
+    combined = _Halving(layout, group, local_size, eps).run(delta)
+    if not buffers:
+        return combined, None
+    flat = torch.cat([b.detach().reshape(-1).float() for b in buffers])
+    dist.all_reduce(flat, group=group)
+    world = dist.get_world_size(group)
+    _count(2 * (world - 1) * flat.numel() // world, flat.element_size())
+    return combined, flat.div_(world)
 
 
 def adasum_allreduce_(
@@ -381,12 +574,14 @@ class AdaSum(BoostAlgorithm):
     Args:
         local_size: ranks per block (MindSpore's ``device_number``); used only when it splits
             the world into >= 2 equal blocks, else every rank is its own block.
-        transport: how the weight deltas travel: ``"auto"`` (default) through shared memory
-            when the process group is gloo (CPU) and every rank runs on this host, else the
-            process group; ``"shm"`` insists on shared memory (ValueError when it cannot be
-            used); ``"process_group"`` always uses ``torch.distributed.all_gather``. The
-            result is the same bit for bit; shared memory saves gloo's thread hand-offs
-            (about 1.5 ms per step on the 2-vCPU benchmark machine).
+        transport: how the weight deltas travel: ``"process_group"``: vector halving through
+            ``torch.distributed`` point-to-point sends (~2N floats sent per rank for any number
+            of ranks; gloo or NCCL, any number of hosts; with 2 ranks one all-gather);
+            ``"shm"``: an all-gather through shared memory (ranks on one x86-64 host, gloo on
+            CPU; memory and traffic grow with ranks x parameters; ValueError when it cannot be
+            used); ``"auto"`` (default): ``"shm"`` for exactly 2 ranks where it can be used
+            (measured faster there: ``docs/benchmarks.md``, "AdaSum traffic"), else
+            ``"process_group"``. Results agree within float rounding (1e-6 relative).
 
     Example:
         >>> import lightning as L
@@ -477,6 +672,10 @@ class AdaSum(BoostAlgorithm):
     ) -> ShmAllGather | None:
         """The shared-memory exchange, when chosen and usable (collective: every rank)."""
         if self.transport == "process_group":
+            return None
+        if self.transport == "auto" and dist.get_world_size() != 2:
+            log.info("AdaSum: %d ranks: vector halving through the process group.",
+                     dist.get_world_size())
             return None
         params = [p for o in optimizers for g in o.param_groups for p in g["params"]]
         cpu = all(p.device.type == "cpu" for p in params)

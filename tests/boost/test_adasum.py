@@ -212,3 +212,154 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ vector halving (#17 item 8)
+_SHAPES = [(7, 5), (1,), (13,), (3, 2, 2), (1, 1), (9,)]
+
+
+def _deltas(rank: int, local_size: int) -> list[torch.Tensor]:
+    # ranks of one block hold the same (block-averaged) deltas, as under AdaSum's comm hook
+    g = torch.Generator().manual_seed(7 + rank // local_size)
+    return [torch.randn(s, generator=g) for s in _SHAPES]
+
+
+def _halving_worker(rank: int, world: int, local_sizes: tuple[int, ...]) -> list[dict]:
+    from lit_amp.boost import adasum as mod
+
+    torch.set_num_threads(1)
+    results = []
+    for local_size in local_sizes:  # one spawn for several block sizes
+        ts = _deltas(rank, local_size)
+        flat = torch.cat([t.reshape(-1) for t in ts])
+        layout = mod._Layout([t.shape for t in ts], flat.device)
+        bufs = [torch.full((3,), float(rank)), torch.arange(2.0) * rank]
+        mod.TRAFFIC["bytes_sent"] = 0
+        new, new_mean = mod._exchange(flat.clone(), layout, None, local_size, bufs)
+        halving_bytes = mod.TRAFFIC["bytes_sent"]
+        # the halving itself, also where _exchange prefers the all-gather (2 ranks)
+        halved = mod._Halving(layout, None, local_size, mod.EPS).run(flat.clone())
+        mod.TRAFFIC["bytes_sent"] = 0
+        ref, ref_mean = mod._allgather_exchange(flat.clone(), layout, None, local_size, bufs)
+        public = [t.clone() for t in ts]
+        adasum_allreduce_(public, local_size=local_size)
+        results.append({
+            "new": new, "ref": ref, "halved": halved, "new_mean": new_mean,
+            "ref_mean": ref_mean, "public": torch.cat([t.reshape(-1) for t in public]),
+            "bytes": (halving_bytes, mod.TRAFFIC["bytes_sent"]), "n": flat.numel(),
+        })
+    return results
+
+
+def _close(x: torch.Tensor, ref: torch.Tensor) -> None:
+    """float32 sums in another order: within 1e-6 of the vector's norm."""
+    assert (x - ref).norm() <= 1e-6 * ref.norm(), ((x - ref).norm(), ref.norm())
+    torch.testing.assert_close(x, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "world,local_sizes",
+    [
+        (2, (1,)),
+        (3, (1,)),  # the odd rank is carried up, then sends its halves to ranks 0 and 1
+        # local_size 2: blocks; ranks 0 and 2 combine, ranks 1 and 3 only receive the result
+        (4, (1, 2)),
+        # a cut-short subtree (ranks 4-6) that is itself cut short, and 3 blocks of 2
+        pytest.param(7, (1,), marks=pytest.mark.slow),
+        pytest.param(6, (2,), marks=pytest.mark.slow),
+    ],
+)
+def test_halving_exchange_matches_the_allgather_reference(world, local_sizes):
+    from tests.helpers.dist import run_distributed
+
+    out = run_distributed(_halving_worker, world=world, args=(local_sizes,))
+    for i, local_size in enumerate(local_sizes):
+        # the reference, computed without communication from every block's deltas
+        blocks = [_deltas(r, local_size) for r in range(0, world, local_size)]
+        expected = torch.cat([t.reshape(-1) for t in adasum_reduce(blocks)])
+        rows = [per_rank[i] for per_rank in out]
+        for r in rows:
+            torch.testing.assert_close(r["ref"], expected, rtol=1e-6, atol=1e-7)
+            _close(r["new"], r["ref"])
+            _close(r["halved"], r["ref"])
+            _close(r["public"], r["ref"])
+            torch.testing.assert_close(r["new_mean"], r["ref_mean"], rtol=1e-6, atol=1e-7)
+            # every rank ends with the same bits (weights stay identical across ranks)
+            for key in ("halved", "new", "new_mean"):
+                assert torch.equal(r[key], rows[0][key]), key
+        if local_size == 1 and world == 4:
+            # sent per rank: ~2N floats (halving + final gather), not (world-1) x N
+            new_b, old_b = rows[0]["bytes"]
+            n = rows[0]["n"]
+            assert old_b >= 3 * n * 4 and new_b <= 2.5 * n * 4 + 200, (new_b, old_b)
+
+
+def _bn_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def _three_rank_training(rank: int, world: int) -> dict:
+    """AdaSum (transport="auto") as Lightning attaches it, on 3 ranks: DDP's sync switched
+    off, each rank steps on its own batches, deltas combined by vector halving, BatchNorm
+    statistics averaged; 3 steps."""
+    from types import SimpleNamespace
+
+    from lit_amp.boost import AdaSum
+    from tests.helpers.data import make_batches
+
+    torch.set_num_threads(1)
+    net = _bn_net()
+    ddp = nn.parallel.DistributedDataParallel(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.2, momentum=0.9)
+    algo = AdaSum()
+    algo.attach(net, [opt], trainer=SimpleNamespace(strategy=SimpleNamespace(model=ddp)))
+    for x, y in make_batches(3, seed=rank):
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    used, steps = algo.transport_used, algo.hooks.steps
+    algo.detach()
+    return {"weights": [p.detach().clone() for p in net.parameters()],
+            "bn": [net[1].running_mean.clone(), net[1].running_var.clone()],
+            "transport": used, "steps": steps}
+
+
+def test_adasum_callback_on_three_ranks_uses_vector_halving():
+    from tests.helpers.data import make_batches
+    from tests.helpers.dist import run_distributed
+
+    out = run_distributed(_three_rank_training, world=3)
+    assert [r["transport"] for r in out] == ["process_group"] * 3
+    assert [r["steps"] for r in out] == [3, 3, 3]
+    # the same without communication: 3 replicas with their own momentum, w = w_old - AdaSum
+    nets = [_bn_net() for _ in range(3)]
+    opts = [torch.optim.SGD(n.parameters(), lr=0.2, momentum=0.9) for n in nets]
+    data = [make_batches(3, seed=r) for r in range(3)]
+    for step in range(3):
+        olds, deltas = [], []
+        for net, opt, batches in zip(nets, opts, data):
+            x, y = batches[step]
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(x), y).backward()
+            olds.append([p.detach().clone() for p in net.parameters()])
+            opt.step()
+            deltas.append([o - p.detach() for o, p in zip(olds[-1], net.parameters())])
+        combined = adasum_reduce(deltas)
+        mean = [torch.stack([n[1].running_mean for n in nets]).mean(0),
+                torch.stack([n[1].running_var for n in nets]).mean(0)]
+        with torch.no_grad():
+            for net in nets:
+                for p, o, c in zip(net.parameters(), olds[0], combined):
+                    p.copy_(o - c)
+                net[1].running_mean.copy_(mean[0])
+                net[1].running_var.copy_(mean[1])
+    for r in out:
+        for got, want in zip(r["weights"], nets[0].parameters()):
+            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+        for got, want in zip(r["bn"], (nets[0][1].running_mean, nets[0][1].running_var)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    # weights and BatchNorm statistics identical on every rank, bit for bit
+    for r in out[1:]:
+        for a, b in zip(r["weights"] + r["bn"], out[0]["weights"] + out[0]["bn"]):
+            assert torch.equal(a, b)
