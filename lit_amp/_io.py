@@ -35,6 +35,7 @@ __all__ = [
     "atomic_write",
     "load_checkpoint",
     "load_param_into_net",
+    "network_state",
     "remove_stale_temps",
     "save_checkpoint",
 ]
@@ -219,7 +220,9 @@ def load_checkpoint(
 
     Raises:
         TypeError: ``ckpt_file_name`` is not a str path.
-        ValueError: the file does not exist or is not a checkpoint.
+        ValueError: the file does not exist or is not a checkpoint, or ``net`` is given and
+            the file holds none of its parameters (under any prefix; see
+            :func:`load_param_into_net`).
     """
     if not isinstance(ckpt_file_name, (str, os.PathLike)):
         raise TypeError(
@@ -242,16 +245,84 @@ def load_checkpoint(
         state = dict(state)
         state["network"] = state["state_dict"]
     if net is not None:
-        load_param_into_net(net, state, strict_load=strict_load)
+        _load_into(net, state, strict_load, repr(path))
     return state
 
 
-def load_param_into_net(net: Any, parameter_dict: dict, strict_load: bool = False) -> list[str]:
-    """Load a checkpoint dict (or a plain state dict) into ``net``.
+def network_state(weights: dict, network: torch.nn.Module, source: str = "the checkpoint") -> dict:
+    """The entries of ``weights`` that belong to ``network``, under the network's own names.
+
+    A Lightning checkpoint names a ``LitModel``'s parameters by their attribute path
+    (``network.0.weight``); the prefix (``""``, ``network.``, ``lit_model.network.``, ...) is
+    the one under which the most of ``network``'s names are found. Prefixes tied with it must
+    hold the same tensors (the same module reached by another path, as ``LitModel``'s train
+    and eval cells); the shortest is then taken.
+
+    Args:
+        weights: a state dict (lit_amp's ``network`` or Lightning's ``state_dict``).
+        network: the module to load.
+        source: the file (or object) the weights come from, for messages.
 
     Returns:
-        The names of ``net``'s parameters that were not found in ``parameter_dict``.
+        ``{name: tensor}`` with the prefix removed (only the entries under it).
+
+    Raises:
+        ValueError: no entry matches a name of ``network`` under any prefix, or two prefixes
+            match equally well with different tensors.
+
+    Example:
+        >>> net = torch.nn.Linear(2, 1)
+        >>> sd = {"network.weight": torch.ones(1, 2), "network.bias": torch.ones(1)}
+        >>> sorted(network_state(sd, net))
+        ['bias', 'weight']
     """
+    own = set(network.state_dict())
+    votes: dict[str, int] = {}
+    for key in weights:
+        if not isinstance(key, str):
+            continue
+        cut = 0
+        while True:
+            if key[cut:] in own:
+                votes[key[:cut]] = votes.get(key[:cut], 0) + 1
+            cut = key.find(".", cut) + 1
+            if cut == 0:
+                break
+    if not votes:
+        raise ValueError(
+            f"load_checkpoint: {source} holds no parameter of the network "
+            f"{type(network).__name__} (it lacks e.g. {sorted(own)[:3]}; it has e.g. "
+            f"{sorted(map(str, weights))[:3]}). Load a checkpoint written for this network."
+        )
+    best = max(votes.values())
+    tied = sorted((p for p, n in votes.items() if n == best), key=lambda p: (len(p), p))
+    prefix = tied[0]
+    chosen = {k[len(prefix):]: v for k, v in weights.items()
+              if isinstance(k, str) and k.startswith(prefix) and k[len(prefix):] in own}
+    for other in tied[1:]:
+        for name, value in chosen.items():
+            twin = weights.get(other + name)
+            if twin is not None and not (torch.is_tensor(value) and torch.is_tensor(twin)
+                                         and value.shape == twin.shape
+                                         and torch.equal(value, twin)):
+                raise ValueError(
+                    f"load_checkpoint: {source} holds the parameters of "
+                    f"{type(network).__name__} under several prefixes with different values "
+                    f"({prefix!r} and {other!r}); pass the state dict of the one you mean "
+                    f"with the prefix removed to load_param_into_net."
+                )
+    return {k[len(prefix):]: v for k, v in weights.items()
+            if isinstance(k, str) and k.startswith(prefix)}
+
+
+def _weights_of(parameter_dict: dict) -> dict:
+    for key in ("network", "state_dict"):
+        if isinstance(parameter_dict.get(key), dict):
+            return parameter_dict[key]
+    return parameter_dict
+
+
+def _load_into(net: Any, parameter_dict: dict, strict_load: bool, source: str) -> list[str]:
     if hasattr(net, "load_checkpoint_state") and "format" in parameter_dict:
         net.load_checkpoint_state(parameter_dict)
         return []
@@ -259,6 +330,43 @@ def load_param_into_net(net: Any, parameter_dict: dict, strict_load: bool = Fals
         raise TypeError(
             f"load_param_into_net: 'net' must be a torch.nn.Module, but got {type(net).__name__}."
         )
-    sd = parameter_dict.get("network", parameter_dict)
+    if not isinstance(parameter_dict, dict):
+        raise TypeError(
+            f"load_param_into_net: 'parameter_dict' must be a dict, but got "
+            f"{type(parameter_dict).__name__}."
+        )
+    sd = network_state(_weights_of(parameter_dict), net, source)
     result = net.load_state_dict(sd, strict=strict_load)
     return list(result.missing_keys)
+
+
+def load_param_into_net(net: Any, parameter_dict: dict, strict_load: bool = False) -> list[str]:
+    """Load a checkpoint dict (or a plain state dict) into ``net``.
+
+    The weights are lit_amp's ``"network"`` entry, Lightning's ``"state_dict"`` or the dict
+    itself; a prefix such as Lightning's ``network.`` (a ``LitModel``'s attribute path) is
+    removed when ``net``'s names are found under it (:func:`network_state`).
+
+    Args:
+        net: the module (or an object with ``load_checkpoint_state`` for lit_amp's files).
+        parameter_dict: what :func:`load_checkpoint` returned, or a state dict.
+        strict_load: every parameter of ``net`` must be found, and nothing else.
+
+    Returns:
+        The names of ``net``'s parameters that were not found in ``parameter_dict``.
+
+    Raises:
+        TypeError: ``net`` is not a module or ``parameter_dict`` not a dict.
+        ValueError: not one of ``net``'s parameters is in ``parameter_dict`` (also with
+            ``strict_load=False``: a load that loads nothing is never silent).
+        RuntimeError: ``strict_load=True`` and keys are missing or unexpected, or a shape
+            differs.
+
+    Example:
+        >>> net = torch.nn.Linear(2, 1)
+        >>> load_param_into_net(net, {"network.weight": torch.ones(1, 2)})
+        ['bias']
+        >>> net.weight.tolist()
+        [[1.0, 1.0]]
+    """
+    return _load_into(net, parameter_dict, strict_load, "'parameter_dict'")

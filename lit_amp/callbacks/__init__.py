@@ -1,5 +1,7 @@
 """MindSpore-style callbacks: the protocol, the built-ins and the Lightning bridge.
 
+In a plain Lightning ``Trainer`` wrap them with :func:`to_lightning`.
+
 Names are imported lazily (PEP 562).
 
 Example:
@@ -16,6 +18,8 @@ _EXPORTS: dict[str, str] = {
     "InternalCallbackParam": "lit_amp.callbacks.base",
     "CallbackList": "lit_amp.callbacks.base",
     "MindSporeCallbackBridge": "lit_amp.callbacks.bridge",
+    "LightningCallbacks": "lit_amp.callbacks.adapter",
+    "to_lightning": "lit_amp.callbacks.adapter",
     "LossMonitor": "lit_amp.callbacks.loss_monitor",
     "TimeMonitor": "lit_amp.callbacks.time_monitor",
     "ModelCheckpoint": "lit_amp.callbacks.checkpoint",

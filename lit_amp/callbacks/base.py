@@ -140,6 +140,38 @@ class Callback:
         ...         self.n += 1
     """
 
+    #: Lightning's ``Trainer`` calls ``on_exception`` on its callbacks when a run fails; a
+    #: non-callable value makes it skip this one, so the error :meth:`setup` raises is the one
+    #: the user sees
+    on_exception = None
+
+    @property
+    def state_key(self) -> str:
+        """The name Lightning's Trainer reports a callback under (set for its error path)."""
+        return type(self).__name__
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse to run as a Lightning callback: Lightning's hooks are not MindSpore's.
+
+        Lightning's ``Trainer`` calls ``setup`` first on every callback it was given; this
+        callback's hooks take a ``RunContext``, so it must be driven by a bridge.
+
+        Raises:
+            TypeError: always, naming :func:`lit_amp.callbacks.to_lightning`.
+
+        Example:
+            >>> Callback().setup(None, None, "fit")
+            Traceback (most recent call last):
+            ...
+            TypeError: Callback is a MindSpore-style callback (lit_amp.callbacks.Callback) ...
+        """
+        raise TypeError(
+            f"{type(self).__name__} is a MindSpore-style callback (lit_amp.callbacks.Callback) "
+            "and cannot be passed to a Lightning Trainer as it is: wrap it, "
+            "L.Trainer(callbacks=[lit_amp.callbacks.to_lightning([...])]), or pass it to "
+            "lit_amp.Model.train/fit/eval(callbacks=...)."
+        )
+
     def __enter__(self) -> Callback:
         return self
 

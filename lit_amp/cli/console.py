@@ -55,7 +55,7 @@ def _fmt(v: Any) -> str:
 class EpochLine(L.Callback):
     """One line per training epoch (instead of a progress bar's redraws), on rank 0.
 
-    ``epoch 3/30: loss 0.4102, eval_loss 0.3891, acc 0.8840`` — the epoch counts from
+    ``epoch 3/30: train/loss 0.4102, val/acc 0.8840, val/eval_loss 0.3891`` — the epoch counts from
     ``initial_epoch`` (a resumed run continues its numbering) and the values are what the
     LitModel logged.
 
@@ -77,7 +77,8 @@ class EpochLine(L.Callback):
         if trainer.global_rank != 0 or trainer.sanity_checking:
             return
         metrics = {k: v for k, v in trainer.callback_metrics.items()
-                   if "/" not in k and getattr(v, "numel", lambda: 1)() == 1}
+                   if k.startswith(("train/", "val/")) and "samples_per_sec" not in k
+                   and getattr(v, "numel", lambda: 1)() == 1}
         epoch = self.initial_epoch + trainer.current_epoch + 1
         values = ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(metrics.items()))
         print(f"epoch {epoch}/{self.epochs}" + (f": {values}" if values else ""), flush=True)

@@ -8,6 +8,12 @@ scaled backward, unscale, overflow check, step or skip — so it works in anyone
 
     L.Trainer(max_epochs=3).fit(LitModel(net, loss, opt, metrics={"acc"}), train_dl, val_dl)
 
+Lightning's habits hold (issue #19): ``Trainer(accumulate_grad_batches=, gradient_clip_val=,
+gradient_clip_algorithm=)`` are honoured by the manual step (clipping after unscaling, skipped
+with the step on overflow), ``trainer.predict`` on ``(x, y)`` batches feeds ``x``, values are
+logged as ``train/...``, ``val/...``, ``test/...`` (``Model``'s callbacks and results keep
+MindSpore's bare names) and ``LitModel.load_from_checkpoint(path, network=...)`` works.
+
 Size: one LightningModule. Its hooks (train step, evaluation, predict, checkpoint state) share
 the three networks and the step counters and must be methods of the module; the argument
 rules (``_checks``) and the Lightning glue (``_lightning``) already live beside it.
@@ -108,6 +114,10 @@ class LitModel(L.LightningModule):
         # steps between optimizer updates (gradient accumulation; set by boost's algorithm)
         self.grad_accumulation_steps = 1
         self._accum_i = 0
+        # Lightning's Trainer(accumulate_grad_batches=, gradient_clip_val=, ...), honoured here
+        self._trainer_grad: dict[str, Any] = {"accumulate": 1, "clip_val": None,
+                                              "clip_algorithm": None}
+        self._epoch_last_batch = False
         self.automatic_optimization = False
         self.log_train_loss = True  # Model turns this off when nothing would show the value
         self._amp_applied = False
@@ -276,7 +286,39 @@ class LitModel(L.LightningModule):
         with a warning at construction, and so does lit_amp. The same AutoBoost serves every
         call, so its freeze schedule continues across ``Model.train`` calls.
         """
+        self._take_trainer_gradient_flags()
         return [self.boost] if self.boost is not None else []
+
+    def _take_trainer_gradient_flags(self) -> None:
+        """Take ``Trainer(accumulate_grad_batches=, gradient_clip_val=/_algorithm=)`` over.
+
+        Lightning refuses both flags for manual optimization before ``setup``; this hook runs
+        before that check, so the values move to the module (the train step honours them) and
+        :meth:`setup` puts them back on the Trainer afterwards.
+        """
+        if self._trainer is None:
+            return
+        trainer = self.trainer
+        accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+        clip_val = getattr(trainer, "gradient_clip_val", None)
+        algorithm = getattr(trainer, "gradient_clip_algorithm", None)
+        fitting = str(getattr(trainer.state.fn, "value", trainer.state.fn)) == "fit"
+        if fitting and self._optimizer is None and (accumulate != 1 or clip_val):
+            raise ValueError(
+                f"Trainer(accumulate_grad_batches={accumulate}, gradient_clip_val={clip_val!r}) "
+                "needs LitModel's optimizer, but this LitModel was built with optimizer=None "
+                "(the network updates itself); pass an optimizer or remove the Trainer flags."
+            )
+        self._trainer_grad = {"accumulate": accumulate, "clip_val": clip_val,
+                              "clip_algorithm": algorithm}
+        trainer.accumulate_grad_batches = 1
+        trainer.gradient_clip_val = None
+
+    def setup(self, stage: str) -> None:
+        """Lightning hook: give the Trainer its gradient flags back (see configure_callbacks)."""
+        if self._trainer is not None:
+            self.trainer.accumulate_grad_batches = self._trainer_grad["accumulate"]
+            self.trainer.gradient_clip_val = self._trainer_grad["clip_val"]
 
     # ------------------------------------------------------------------ training
     def loss_of(self, batch: Any) -> torch.Tensor:
@@ -321,6 +363,14 @@ class LitModel(L.LightningModule):
     def on_train_start(self) -> None:
         self._lopt = self.optimizers() if self._optimizer is not None else None
         self._fast = fast_path_ok(self.trainer)
+        if self._trainer_grad["accumulate"] > 1:
+            self._accum_i = 0  # Lightning's windows start with the run
+        if self._trainer_grad["accumulate"] > 1 and self.grad_accumulation_steps > 1:
+            raise ValueError(
+                f"Trainer(accumulate_grad_batches={self._trainer_grad['accumulate']}) and boost's "
+                f"grad_accumulation_step={self.grad_accumulation_steps} both accumulate "
+                "gradients; use one of them."
+            )
         # kept out of nn.Module's registry: the wrapper holds this module (no cycle)
         self.__dict__["_ddp"] = self._ddp_module()
 
@@ -382,9 +432,11 @@ class LitModel(L.LightningModule):
         lopt = self._lopt if self._lopt is not None else self.optimizers()
         loss = self.loss_of(batch)
         raw = lopt.optimizer
-        n = self.grad_accumulation_steps
-        first, last = self._accum_i == 0, self._accum_i == n - 1
-        self._accum_i = (self._accum_i + 1) % n
+        n = max(self.grad_accumulation_steps, self._trainer_grad["accumulate"])
+        # Lightning's accumulation also steps on an epoch's last batch (a partial window)
+        force = self._trainer_grad["accumulate"] > 1 and self._epoch_last_batch
+        first, last = self._accum_i == 0, self._accum_i == n - 1 or force
+        self._accum_i = 0 if last else self._accum_i + 1
         if first:
             raw.zero_grad(set_to_none=True)
         scaled = loss / n if n > 1 else loss
@@ -392,6 +444,7 @@ class LitModel(L.LightningModule):
         if ctl is None or not ctl.enabled:
             self._backward(scaled)
             if last:
+                self._clip(raw)
                 self._optimizer_step(lopt)
             return {"loss": loss.detach()}
         self._backward(ctl.scale_loss(scaled))
@@ -404,10 +457,27 @@ class LitModel(L.LightningModule):
         ctl.unscale_(raw)
         overflow = ctl.found_overflow([raw])
         if not ctl.should_skip(overflow):
+            self._clip(raw)  # after unscaling: the threshold applies to the true gradients
             self._optimizer_step(lopt)
         ctl.update(overflow)
         loss_, ovf, scale = ctl.step_outputs(loss.detach())
         return {"loss": loss_, "overflow": ovf, "loss_scale": scale}
+
+    def _clip(self, optimizer: torch.optim.Optimizer) -> None:
+        """``Trainer(gradient_clip_val=...)``: Lightning's ``configure_gradient_clipping``."""
+        val = self._trainer_grad["clip_val"]
+        if val:
+            algorithm = self._trainer_grad["clip_algorithm"]
+            self.configure_gradient_clipping(
+                optimizer, gradient_clip_val=val,
+                gradient_clip_algorithm=None if algorithm is None else str(algorithm.value),
+            )
+
+    def _at_epoch_end(self, batch_idx: int) -> bool:
+        """Whether ``batch_idx`` is the epoch's last training batch (Lightning's test)."""
+        loop = self.trainer.fit_loop.epoch_loop
+        total = self.trainer.num_training_batches
+        return bool(loop.batch_progress.is_last_batch) or batch_idx + 1 >= total
 
     def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
         if batch_idx == 0 or not self._strategy_checked:
@@ -415,6 +485,9 @@ class LitModel(L.LightningModule):
             self._strategy_checked = True
         if not self.network.training:  # a Model.predict / eval from a callback mid-epoch
             self.train()
+        if self._trainer_grad["accumulate"] > 1 and not self.sink_mode:
+            # (in sink mode the sinks are one continuous stream of steps, as in MindSpore)
+            self._epoch_last_batch = self._at_epoch_end(batch_idx)
         if self.sink_mode:
             out: dict[str, Any] = {}
             # the sink: sink_size steps in one tight loop, batches drawn (and moved) one by one
@@ -424,11 +497,13 @@ class LitModel(L.LightningModule):
         else:
             out = self.train_one_step(batch)
         if self.log_train_loss and torch.is_tensor(out.get("loss")):
-            self.log("loss", out["loss"].float(), prog_bar=True, on_step=True, on_epoch=False)
+            self.log("train/loss", out["loss"].float(), prog_bar=True, on_step=True,
+                     on_epoch=False)
             if self.loss_scale is not None and self.loss_scale.enabled:
-                self.log("loss_scale", float(self.loss_scale.scale), on_step=True, on_epoch=False)
-                self.log("skipped_steps", float(self.loss_scale.skipped_steps), on_step=True,
+                self.log("train/loss_scale", float(self.loss_scale.scale), on_step=True,
                          on_epoch=False)
+                self.log("train/skipped_steps", float(self.loss_scale.skipped_steps),
+                         on_step=True, on_epoch=False)
         return out
 
     # ------------------------------------------------------------------ evaluation
@@ -516,14 +591,28 @@ class LitModel(L.LightningModule):
 
 
     def on_validation_epoch_end(self) -> None:
-        self.end_eval()
+        self.end_eval("val/")
 
     def on_test_epoch_end(self) -> None:
-        self.end_eval()
+        self.end_eval("test/")
 
     # ------------------------------------------------------------------ predict
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        """The backbone on the batch's inputs (MindSpore's ``predict`` takes inputs only).
+
+        With a ``loss_fn`` the network takes one input (training feeds it ``data`` of each
+        ``(data, label)`` pair), so a ``(data, label)`` batch -- the usual evaluation loader
+        -- is predicted from ``data`` alone. Without a ``loss_fn`` every element of the batch
+        is an input, as in training.
+
+        Example:
+            >>> lit = LitModel(nn.Linear(4, 3), nn.CrossEntropyLoss())
+            >>> lit.predict_step((torch.randn(2, 4), torch.tensor([0, 1])), 0).shape
+            torch.Size([2, 3])
+        """
         inputs = as_batch_tuple(batch, expect_pair=False)
+        if self.loss_fn is not None and len(inputs) == 2:
+            inputs = inputs[:1]
         return self.network(*inputs)
 
     # ------------------------------------------------------------------ state
@@ -552,7 +641,72 @@ class LitModel(L.LightningModule):
         if self.loss_scale is not None:
             checkpoint[self.loss_scale.STATE_KEY] = self.loss_scale.state_dict()
 
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None,
+                             hparams_file: Any = None, strict: bool | None = None,
+                             weights_only: bool | None = True, **kwargs: Any) -> Any:
+        """Lightning's ``load_from_checkpoint``; the modules are passed again as keywords.
+
+        A checkpoint holds weights, not code: pass the network (and the ``loss_fn``,
+        ``optimizer``, ``metrics``, levels it was trained with) as keywords; Lightning builds
+        ``LitModel(**kwargs)`` and loads the weights strictly.
+
+        Args:
+            checkpoint_path: the ``.ckpt`` file (Lightning's).
+            map_location: as Lightning's.
+            hparams_file: as Lightning's.
+            strict: as Lightning's (default: strict).
+            weights_only: unpickle tensors and plain containers only (the default here, so
+                that a file from elsewhere cannot run code); False only for a trusted file.
+            **kwargs: ``network=`` (required) and the other constructor arguments.
+
+        Returns:
+            The LitModel with the checkpoint's weights.
+
+        Raises:
+            TypeError: ``network=`` is not given.
+
+        Example::
+
+            lit = LitModel.load_from_checkpoint(path, network=CNN1D(),
+                                                loss_fn=nn.CrossEntropyLoss())
+        """
+        param = inspect.signature(cls.__init__).parameters.get("network")
+        required = param is not None and param.default is inspect.Parameter.empty
+        if required and "network" not in kwargs:
+            raise TypeError(
+                f"{cls.__name__}.load_from_checkpoint({str(checkpoint_path)!r}) needs the network "
+                "as a keyword: a checkpoint holds weights, not modules. Pass network=<the module "
+                "it was trained with> (and loss_fn=, optimizer=, metrics= as at training), or "
+                "load the weights alone with lit_amp.load_checkpoint(path, net=network)."
+            )
+        parent = super().load_from_checkpoint  # type: ignore[misc]
+        return parent(checkpoint_path, map_location=map_location, hparams_file=hparams_file,
+                      strict=strict, weights_only=weights_only, **kwargs)
+
+    def _aliased_state(self, sd: dict) -> dict:
+        """Lightning's ``state_dict`` entries under this module's names.
+
+        The train and eval cells hold the backbone again (``_train_network.network.backbone.*``,
+        ``_eval_network.network.*``); their names depend on whether the saving module had an
+        optimizer or metrics. Their entries are taken from the backbone's (``network.*``) and
+        the saved cells' duplicates are dropped, so that a checkpoint loads into a LitModel
+        built with other ``optimizer``/``metrics``.
+        """
+        own = self.state_dict(keep_vars=True)
+        first: dict[int, str] = {}
+        for k, v in own.items():
+            first.setdefault(id(v), k)
+        out = {k: v for k, v in sd.items()
+               if k in own or not k.startswith(("_train_network.", "_eval_network."))}
+        for k, v in own.items():
+            if k not in out and first[id(v)] in sd:
+                out[k] = sd[first[id(v)]]
+        return out
+
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if isinstance(checkpoint.get("state_dict"), dict):
+            checkpoint["state_dict"] = self._aliased_state(checkpoint["state_dict"])
         if self.loss_scale is not None and self.loss_scale.STATE_KEY in checkpoint:
             self.loss_scale.load_state_dict(checkpoint[self.loss_scale.STATE_KEY])
 

@@ -21,6 +21,7 @@ def test_piped_run_prints_epoch_lines_and_logs_the_monitors(tmp_path):
     both = proc.stdout + proc.stderr
     assert "\r" not in both and "it/s]" not in both  # no tqdm redraw frames in a pipe
     assert "epoch 1/2" in proc.stdout and "epoch 2/2" in proc.stdout
+    assert "train/loss" in proc.stdout  # the epoch line carries the logged values
     log = (tmp_path / "out" / "lit_amp.log").read_text()
     assert "epoch: 1 step: 1, loss is" in log  # MindSpore's LossMonitor
     assert "epoch 2/2" in log and "test accuracy:" in log and "| acc" in log

@@ -62,7 +62,7 @@ def test_template_keys_without_an_equivalent_name_the_key_to_use(override, names
 
 def test_lightning_model_checkpoint_from_the_command_line(tmp_path):
     main(["+callbacks.best._target_=lightning.pytorch.callbacks.ModelCheckpoint",
-          f"+callbacks.best.dirpath={tmp_path / 'best'}", "+callbacks.best.monitor=eval_loss",
+          f"+callbacks.best.dirpath={tmp_path / 'best'}", "+callbacks.best.monitor=val/eval_loss",
           "epochs=2", "valid_frequency=1", "logger=none", *DATA, f"hydra.run.dir={tmp_path}"])
     assert list((tmp_path / "best").glob("*.ckpt"))
 
@@ -80,7 +80,8 @@ def test_debug_overfit_drives_the_training_loss_down(tmp_path):
     main(["debug=overfit", "epochs=8", "trainer.log_every_n_steps=1", *DATA,
           f"hydra.run.dir={tmp_path}"])
     rows = list(csv.DictReader(next(tmp_path.glob("logs/version_*/metrics.csv")).open()))
-    losses = [float(r["loss"]) for r in rows if r.get("loss") and not r.get("eval_loss")]
+    losses = [float(r["train/loss"]) for r in rows
+              if r.get("train/loss") and not r.get("val/eval_loss")]
     assert len(losses) >= 8 and losses[-1] < 0.5 * losses[0]
 
 

@@ -47,10 +47,10 @@ def test_litmodel_in_a_plain_trainer(tmp_path):
     trainer = _trainer(tmp_path)
     trainer.fit(lit, train, val)
     assert trainer.global_step == 8 * 8  # one optimizer step per batch
-    assert trainer.callback_metrics["acc"] > 0.9
-    assert "eval_loss" in trainer.callback_metrics
+    assert trainer.callback_metrics["val/acc"] > 0.9
+    assert "val/eval_loss" in trainer.callback_metrics
     res = trainer.validate(lit, val, verbose=False)[0]
-    assert res["acc"] == pytest.approx(lit.last_eval_results["metrics"]["acc"])
+    assert res["val/acc"] == pytest.approx(lit.last_eval_results["metrics"]["acc"])
     preds = trainer.predict(lit, DataLoader(TensorDataset(torch.randn(5, 4)), batch_size=5))
     assert preds[0].shape == (5, 2)
 

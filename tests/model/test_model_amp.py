@@ -169,7 +169,7 @@ def test_loss_scale_and_skipped_steps_reach_the_logger(tmp_path):
     xs, ys = zip(*make_batches(4))
     trainer.fit(lit, torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(torch.cat(xs), torch.cat(ys)), batch_size=16))
-    assert float(trainer.callback_metrics["skipped_steps"]) == 1.0
-    assert float(trainer.callback_metrics["loss_scale"]) == 32.0
+    assert float(trainer.callback_metrics["train/skipped_steps"]) == 1.0
+    assert float(trainer.callback_metrics["train/loss_scale"]) == 32.0
     text = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text()
     assert "loss_scale" in text.splitlines()[0] and "skipped_steps" in text.splitlines()[0]
