@@ -20,11 +20,7 @@ TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".txt", ".toml", ".cfg", ".rst"}
 
 # Files still citing "spec §" that are owned elsewhere; the lead points them at
 # docs/semantics.md and then empties this set.
-SPEC_ALLOW = {
-    "lit_amp/model/lit_model.py",  # spec §1.1, §1.2, §3.1
-    "lit_amp/callbacks/base.py",  # spec §1.4-1.6
-    "lit_amp/boost/adasum.py",  # spec §3.3
-}
+SPEC_ALLOW: set[str] = set()
 
 SECTION_REF = re.compile(r"semantics\.md\s*§\s*(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?")
 HEADING = re.compile(r"^#{1,6}\s+(\d+(?:\.\d+)?)\s+\S", re.MULTILINE)

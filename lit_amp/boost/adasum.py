@@ -1,4 +1,4 @@
-"""AdaSum: combine the data-parallel ranks' weight updates adaptively (spec §3.3).
+"""AdaSum: combine the data-parallel ranks' weight updates adaptively (semantics.md §3.3).
 
 Each rank takes its optimizer step on its **own** gradients; the weight deltas
 ``Δ_r = w_old - w_new`` are then combined pairwise (recursive halving/doubling order: ranks

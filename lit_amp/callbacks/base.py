@@ -2,7 +2,7 @@
 
 This module is framework-free (no Lightning import). The Lightning bridge
 (:mod:`lit_amp.callbacks.bridge`) fills an :class:`InternalCallbackParam` and calls the hooks
-through :class:`CallbackList` in MindSpore's order (spec §1.4-1.6).
+through :class:`CallbackList` in MindSpore's order (docs/semantics.md §1.4-1.6).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """``LitModel``: MindSpore's ``Model`` networks (train / eval / predict) as a LightningModule.
 
 ``LitModel(network, loss_fn, optimizer, metrics, eval_network, eval_indexes, amp_level,
-boost_level, **kwargs)`` takes ``Model``'s constructor (spec §1.1, minus ``trainer``) and builds
-the same three networks (spec §1.2). It trains with manual optimization, exactly like
-MindSpore's ``TrainOneStepCell`` / ``TrainOneStepWithLossScaleCell``: forward, loss (fp32),
-scaled backward, unscale, overflow check, step or skip — so it works in anyone's Trainer:
+boost_level, **kwargs)`` takes ``Model``'s constructor (docs/semantics.md §1.1, minus
+``trainer``) and builds the same three networks (docs/semantics.md §1.2). It trains with
+manual optimization, exactly like MindSpore's ``TrainOneStepCell`` /
+``TrainOneStepWithLossScaleCell``: forward, loss (fp32), scaled backward, unscale, overflow
+check, step or skip — so it works in anyone's Trainer:
 
     L.Trainer(max_epochs=3).fit(LitModel(net, loss, opt, metrics={"acc"}), train_dl, val_dl)
 
@@ -280,7 +281,8 @@ class LitModel(L.LightningModule):
 
     # ------------------------------------------------------------------ boost
     def configure_callbacks(self) -> list:
-        """Lightning hook: ``AutoBoost`` for ``boost_level`` (MindSpore's conditions, spec §3.1).
+        """Lightning hook: ``AutoBoost`` for ``boost_level`` (MindSpore's conditions, §3.1 of
+        docs/semantics.md).
 
         Boost needs an optimizer and an eval network or metrics; otherwise MindSpore skips it
         with a warning at construction, and so does lit_amp. The same AutoBoost serves every
