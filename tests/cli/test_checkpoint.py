@@ -30,7 +30,7 @@ def _lightning_ckpt(tmp_path, epochs=3):
     trainer.fit(lit, train, valid)
     path = tmp_path / "lightning.ckpt"
     trainer.save_checkpoint(path)
-    acc = trainer.validate(lit, valid, verbose=False)[0]["acc"]
+    acc = trainer.validate(lit, valid, verbose=False)[0]["val/acc"]
     return path, acc
 
 
