@@ -60,6 +60,10 @@ def _entry(rank: int, world: int, port: int, worker: Callable[..., Any], args: t
 
     with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
         pickle.dump(result, f)
+    # leave without the interpreter's teardown: a gloo/c10d thread still joinable at static
+    # destruction aborts the process ("terminate called without an active exception", seen
+    # intermittently on this 2-core VM) after the result is already written
+    os._exit(0)
 
 
 def run_distributed(worker: Callable[..., Any], world: int = 2, args: tuple = (), *,
