@@ -165,6 +165,13 @@ def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
         extra_cbs.append(EpochLine(int(cfg.epochs), initial))
     callbacks = [*b.callbacks, *extra_cbs]
     t0 = time.perf_counter()
+    from lit_amp.model.thor import ThorModel
+
+    if isinstance(model, ThorModel) and vf is not None:
+        # MindSpore's THOR model refuses evaluation during training: train, then evaluate once
+        log.info("optimizer=thor: no validation during training (MindSpore's THOR model "
+                 "refuses it); the model is evaluated after the last epoch.")
+        vf = None
     if vf is None or b.valid is None or not b.metrics:
         model.train(
             int(cfg.epochs), b.train, callbacks=callbacks, dataset_sink_mode=sink,

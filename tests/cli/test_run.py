@@ -186,3 +186,16 @@ def test_ddp_sim_two_processes_end_with_identical_weights(tmp_path):
     assert ranks[0]["weights"] == ranks[1]["weights"]
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "ok" and 0.0 <= result["value"] <= 1.0
+
+
+def test_readme_thor_command_trains_then_evaluates(tmp_path) -> None:
+    """README's `lit-amp ... optimizer=thor` with the default experiment (which validates every
+    few epochs): MindSpore's THOR model refuses evaluation during training, so the CLI trains
+    and evaluates once at the end instead of failing."""
+    from tests.cli._helpers import FAST_DATA
+
+    acc = main(["amp=O2", "loss_scale=dynamic", "boost=O1", "optimizer=thor", "epochs=2",
+                "logger=none", *FAST_DATA, f"hydra.run.dir={tmp_path}"])
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "ok" and 0.0 <= acc <= 1.0
+    assert "acc" in result["metrics"]
