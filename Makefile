@@ -20,8 +20,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VPY) examples/demo.py
 
+# A 2-process gloo worker on this 2-core VM is, now and then, killed by SIGABRT in c10d/gloo's
+# thread teardown after its work is done ("terminate called without an active exception"):
+# such a test runs once more. Only that signal is retried; an assertion failure never is.
+RERUN_ABORTED := --reruns 1 --only-rerun "terminated with signal SIGABRT"
+
 test: $(STAMP)
-	$(VPY) -m pytest -q --durations=15 --doctest-modules lit_amp tests
+	$(VPY) -m pytest -q --durations=15 --doctest-modules lit_amp tests $(RERUN_ABORTED)
 
 # every benchmark, one after the other (about 30 min on 2 idle cores); results land in
 # bench/results/ and docs/benchmarks.md
