@@ -33,11 +33,13 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "TMP_PREFIX",
     "atomic_write",
+    "checkpoint_payload",
     "load_checkpoint",
     "load_param_into_net",
     "network_state",
     "remove_stale_temps",
     "save_checkpoint",
+    "write_checkpoint",
 ]
 
 CHECKPOINT_FORMAT = "lit_amp/1"
@@ -194,13 +196,39 @@ def save_checkpoint(save_obj: Any, ckpt_file_name: str, append_dict: dict | None
             f"save_checkpoint: 'ckpt_file_name' must be a str path, but got "
             f"{type(ckpt_file_name).__name__}."
         )
-    path = os.fspath(ckpt_file_name)
-    if not path.endswith(".ckpt"):
-        path += ".ckpt"
+    return write_checkpoint(checkpoint_payload(save_obj, append_dict), ckpt_file_name)
+
+
+def checkpoint_payload(save_obj: Any, append_dict: dict | None = None) -> dict:
+    """The dict :func:`save_checkpoint` writes for ``save_obj``.
+
+    Under DDP/FSDP call it on **every** rank (building the state may be a collective, e.g. the
+    full state dict of a sharded network) and write it with :func:`write_checkpoint` on rank 0.
+
+    Example:
+        >>> sorted(checkpoint_payload(torch.nn.Linear(2, 2)))
+        ['append_info', 'format', 'network']
+    """
     state = _state_of(save_obj)
     state["append_info"] = dict(append_dict or {})
     state["format"] = CHECKPOINT_FORMAT
-    return atomic_write(path, lambda f: torch.save(state, f))
+    return state
+
+
+def write_checkpoint(payload: dict, ckpt_file_name: str | os.PathLike) -> str:
+    """Write a :func:`checkpoint_payload` to ``ckpt_file_name`` atomically; returns the path.
+
+    ``.ckpt`` is appended when missing.
+    """
+    if not isinstance(ckpt_file_name, (str, os.PathLike)):
+        raise TypeError(
+            f"write_checkpoint: 'ckpt_file_name' must be a str path, but got "
+            f"{type(ckpt_file_name).__name__}."
+        )
+    path = os.fspath(ckpt_file_name)
+    if not path.endswith(".ckpt"):
+        path += ".ckpt"
+    return atomic_write(path, lambda f: torch.save(payload, f))
 
 
 def load_checkpoint(
