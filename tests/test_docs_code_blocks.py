@@ -5,6 +5,8 @@
   timeout. A block that depends on another block's variables fails with ``NameError``.
   A block preceded by ``<!-- skip-test: reason -->`` is not run; skips must be few and give a
   reason.
+- README's command block (```bash marked ``<!-- run-test: ... -->``) runs line by line in one
+  folder in ``tests/test_readme_commands.py``; other ```bash blocks (``make demo``) are not run.
 - Every dotted ``lit_amp.X.Y`` name in docs/migration.md resolves (import + getattr).
 - docs/migration.md has a row for every MindSpore name the MindSpore API pages this project
   follows mention (``SEED_NAMES`` below, read from those pages).

@@ -16,15 +16,34 @@ The hooks map as in ``Model.fit``: Lightning's validation during ``fit`` is Mind
 evaluation during training (``cb_params.eval_results`` / ``metrics`` set for the epoch end,
 ``on_eval_*`` called on custom callbacks and ``TimeMonitor`` only), ``trainer.validate`` is
 ``Model.eval``. Lightning's sanity-check validation is not shown to the callbacks (MindSpore
-has none). The evaluation results are read from the module's ``last_eval_results`` (what
-``LitModel`` computes); a LightningModule without it gives the callbacks empty metrics.
+has none).
+
+Any LightningModule works, not only ``LitModel``:
+
+- the evaluation results (``cb_params.metrics`` / ``eval_results``) are ``LitModel``'s
+  ``last_eval_results`` (MindSpore's bare names: ``acc``, ``eval_loss``); for any other module
+  they are ``trainer.callback_metrics``: every scalar the module logged, under the names it
+  logged them (``EarlyStopping(monitor="val_acc")`` after ``self.log("val_acc", ...)``), read
+  at the end of the evaluation and again at the end of an evaluated training epoch (so that
+  what ``training_step`` logged with ``on_epoch=True`` is this epoch's); as in MindSpore, an
+  epoch without evaluation has no ``eval_results``;
+- ``net_outputs`` (what ``LossMonitor``, ``History`` and ``monitor="loss"`` read) is the loss the
+  ``training_step`` returned (a tensor or ``{"loss": ...}``), as the module computed it: under
+  ``Trainer(accumulate_grad_batches=k)`` Lightning hands callbacks the loss divided by ``k``,
+  which is multiplied back;
+- ``network`` is ``LitModel``'s network, else the LightningModule itself; ``optimizer`` is the
+  first of ``trainer.optimizers``; ``cur_epoch_num`` is ``trainer.current_epoch + 1`` (a run
+  resumed with ``ckpt_path=`` goes on counting); ``batch_num`` is
+  ``trainer.num_training_batches``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
+import torch
 
 from lit_amp.callbacks.base import Callback, CallbackList, InternalCallbackParam
 from lit_amp.callbacks.bridge import MindSporeCallbackBridge
@@ -50,15 +69,19 @@ class LightningCallbacks(MindSporeCallbackBridge):
 
     def __init__(self, callbacks: CallbackList) -> None:
         super().__init__(callbacks, InternalCallbackParam(cur_step_num=0, net_outputs=None))
+        #: a plain module's evaluation ran in this training epoch
+        self._evaluated = False
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Fill ``cb_params`` from ``trainer`` and ``pl_module`` (Lightning calls it first)."""
         optimizer = getattr(pl_module, "optimizer", None)
         if not hasattr(optimizer, "param_groups"):
             optimizer = None
+        lit_amp_module = _is_lit_model(pl_module)
+        self._evaluated = False
         self.cb.update(
             train_network=pl_module,
-            network=getattr(pl_module, "network", pl_module),
+            network=pl_module.network if lit_amp_module else pl_module,
             loss_fn=getattr(pl_module, "loss_fn", None),
             optimizer=optimizer,
             epoch_num=trainer.max_epochs,
@@ -68,7 +91,7 @@ class LightningCallbacks(MindSporeCallbackBridge):
             parallel_mode="data_parallel" if trainer.world_size > 1 else "stand_alone",
             device_number=trainer.world_size,
             rank=trainer.global_rank,
-            eval_network=getattr(pl_module, "eval_network", None),
+            eval_network=getattr(pl_module, "eval_network", None) if lit_amp_module else None,
             list_callback=list(self.callbacks.callbacks),
             train_dataset_element=None,
             last_save_ckpt_step=None,
@@ -109,8 +132,71 @@ class LightningCallbacks(MindSporeCallbackBridge):
                                             dataloader_idx)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            super().on_validation_end(trainer, pl_module)
+        """End the evaluation with ``LitModel``'s results, or what any other module logged."""
+        if trainer.sanity_checking:
+            return
+        if _is_lit_model(pl_module):
+            results = pl_module.last_eval_results or {}
+        else:
+            results = {"metrics": _logged_scalars(trainer.callback_metrics)}
+        self.end_eval(results)
+        if self._in_fit_eval:
+            self._evaluated = not _is_lit_model(pl_module)
+            self.end_fit_eval(results)
+        else:
+            self.callbacks.exit()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """As the bridge's; an evaluated epoch of a plain module shows what it logged by now.
+
+        Lightning aggregates what ``training_step`` logged with ``on_epoch=True`` at the train
+        epoch end, after the evaluation: the epoch-end hooks see this epoch's values, not the
+        previous epoch's (as Lightning's own ``EarlyStopping`` does).
+        """
+        if self._evaluated:
+            self._set_eval_results({"metrics": _logged_scalars(trainer.callback_metrics)})
+            self._evaluated = False
+        super().on_train_epoch_end(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        """As the bridge's, with the loss as ``training_step`` returned it (see the module doc)."""
+        k = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+        if (k > 1 and pl_module.automatic_optimization and isinstance(outputs, dict)
+                and isinstance(outputs.get("loss"), torch.Tensor)):
+            # Lightning's automatic optimization divides the step's loss by k before handing it
+            # to the callbacks (ClosureResult.from_training_step_output)
+            outputs = {**outputs, "loss": outputs["loss"] * k}
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+def _is_lit_model(pl_module: L.LightningModule) -> bool:
+    """Whether ``pl_module`` computes MindSpore's evaluation results (``LitModel`` does)."""
+    return isinstance(getattr(pl_module, "last_eval_results", None), dict) and isinstance(
+        getattr(pl_module, "network", None), torch.nn.Module)
+
+
+def _logged_scalars(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The scalars of ``trainer.callback_metrics``, as floats (one-element tensors included).
+
+    Args:
+        metrics: name -> value, as Lightning keeps what ``self.log`` logged.
+
+    Returns:
+        name -> float for every scalar value; other values are left out.
+
+    Example:
+        >>> _logged_scalars({"val_acc": torch.tensor(0.75), "n": 3, "img": torch.zeros(2, 2)})
+        {'val_acc': 0.75, 'n': 3.0}
+    """
+    out: dict[str, Any] = {}
+    for name, value in metrics.items():
+        if isinstance(value, torch.Tensor):
+            if value.numel() == 1:
+                out[name] = float(value.detach().float().item())
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
 
 
 def to_lightning(callbacks: Callback | list[Callback] | tuple[Callback, ...]) -> LightningCallbacks:

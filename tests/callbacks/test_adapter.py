@@ -6,7 +6,12 @@ a raw MindSpore-style callback handed to ``L.Trainer`` is a TypeError naming the
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -102,3 +107,125 @@ def test_to_lightning_refuses_what_is_not_a_mindspore_callback():
         to_lightning([History(), L.pytorch.callbacks.Timer()])
     with pytest.raises(TypeError, match="'callbacks' must be"):
         to_lightning("LossMonitor")
+
+
+# ---------------------------------------------------------------- a user's own LightningModule
+class PlainModule(L.LightningModule):
+    """A LightningModule as users write them: its own names in ``self.log``, a returned loss."""
+
+    def __init__(self, lr: float = 0.5) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = make_net()
+        self.lr = lr
+        self.losses: list[float] = []  # every training_step's loss, as computed
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        self.losses.append(float(loss.detach()))
+        self.log("train_loss", loss)
+        self.log("epoch_loss", loss, on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        self.log("val_acc", (logits.argmax(1) == y).float().mean())
+        self.log("val_loss", nn.functional.cross_entropy(logits, y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), self.lr)
+
+
+def test_early_stopping_and_history_see_the_names_a_plain_module_logs(tmp_path):
+    history = History()
+    # no epoch improves val_acc by 2: the first sets the best, the second stops training
+    es = EarlyStopping(monitor="val_acc", patience=0, min_delta=2.0)
+    module = PlainModule()
+    trainer = _trainer(tmp_path, [to_lightning([history, es])], max_epochs=5)
+    trainer.fit(module, _loader(4), _loader(2, seed=1))
+    assert trainer.current_epoch == 2 and es.stopped_epoch == 2
+    assert history.epoch == {"epoch": [1, 2]}
+    # the values the module logged, under its names
+    logged = float(trainer.callback_metrics["val_acc"])
+    assert history.history["val_acc"][-1] == pytest.approx(logged)
+    assert es.best == pytest.approx(history.history["val_acc"][0])
+    assert set(history.history) >= {"val_acc", "val_loss", "train_loss", "net_output"}
+    # what training_step logged on_epoch: each epoch's own mean (4 batches of 16 each)
+    losses = module.losses
+    assert history.history["epoch_loss"] == pytest.approx(
+        [sum(losses[:4]) / 4, sum(losses[4:8]) / 4], rel=1e-5)
+    assert history.history["train_loss"] == pytest.approx([losses[3], losses[7]], rel=1e-5)
+    # net_output: the loss of each epoch's last step, as training_step returned it
+    assert history.history["net_output"] == pytest.approx([module.losses[3], module.losses[7]])
+
+
+def test_loss_monitor_prints_the_loss_training_step_returned(tmp_path, capsys):
+    # Lightning hands callbacks loss / accumulate_grad_batches; LossMonitor must print the loss
+    module = PlainModule()
+    trainer = _trainer(tmp_path, [to_lightning(LossMonitor(1))], max_epochs=1,
+                       accumulate_grad_batches=2, num_sanity_val_steps=0)
+    trainer.fit(module, _loader(4))
+    steps = re.findall(r"epoch: (\d+) step: (\d+), loss is ([0-9.]+)", capsys.readouterr().out)
+    assert [(int(e), int(s)) for e, s, _ in steps] == [(1, 1), (1, 2), (1, 3), (1, 4)]
+    assert [float(v) for *_, v in steps] == pytest.approx(module.losses, rel=1e-5)
+
+
+def test_reduce_lr_on_plateau_on_a_plain_modules_metric(tmp_path):
+    from lit_amp.callbacks import ReduceLROnPlateau
+
+    rl = ReduceLROnPlateau(monitor="val_loss", mode="min", factor=0.5, patience=0, min_delta=2.0)
+    rec = Recorder()
+    module = PlainModule(lr=0.4)
+    trainer = _trainer(tmp_path, [to_lightning([rec, rl])], max_epochs=2)
+    trainer.fit(module, _loader(2), _loader(2, seed=1))
+    # epoch 1 sets the best val_loss, epoch 2 does not beat it by 2: the lr halves once
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.2)
+    steps = [s for s in rec.seen if s[0] == "step"]
+    assert steps == [("step", e, s, 2) for e in (1, 2) for s in range(2 * e - 1, 2 * e + 1)]
+    assert {"val_acc", "val_loss"} <= set(rec.seen[-1][2])
+
+
+def test_validate_of_a_plain_module_gives_its_logged_metrics(tmp_path):
+    rec = Recorder()
+    module = PlainModule()
+    out = _trainer(tmp_path, [to_lightning(rec)]).validate(module, _loader(2), verbose=False)
+    assert rec.seen == [("eval", pytest.approx(out[0]))]
+    assert set(out[0]) == {"val_acc", "val_loss"}
+
+
+@pytest.mark.slow
+def test_plain_module_under_two_process_ddp(tmp_path):
+    """Ranks log different val_acc (no sync_dist): EarlyStopping decides on their mean, both
+    ranks stop after the same epoch, and LossMonitor prints rank 0's losses as computed."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("_adapter_ddp_worker.py")),
+                           str(tmp_path)], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["epoch"] == r1["epoch"] == 2 and r0["stopped_epoch"] == r1["stopped_epoch"] == 2
+    assert r0["val_acc"][0] != r1["val_acc"][0]  # each rank's own value, as it logged it
+    mean = (r0["val_acc"][0] + r1["val_acc"][0]) / 2
+    assert r0["best"] == pytest.approx(mean) and r1["best"] == pytest.approx(mean)
+    # 8 batches over 2 ranks: 4 steps per rank and epoch; rank 0 prints its own losses
+    printed = re.findall(r"epoch: (\d+) step: (\d+), loss is ([0-9.]+)", proc.stdout)
+    assert [(int(e), int(s)) for e, s, _ in printed] == [(e, s) for e in (1, 2)
+                                                         for s in (1, 2, 3, 4)]
+    assert [float(v) for *_, v in printed] == pytest.approx(r0["losses"], rel=1e-5)
+    for r in (r0, r1):
+        assert r["net_output"] == pytest.approx([r["losses"][3], r["losses"][7]], rel=1e-6)
+
+
+def test_a_resumed_plain_run_goes_on_counting_epochs(tmp_path):
+    module = PlainModule()
+    first = _trainer(tmp_path, [], max_epochs=2)
+    first.fit(module, _loader(3))
+    first.save_checkpoint(tmp_path / "two.ckpt")
+    rec = Recorder()
+    _trainer(tmp_path, [to_lightning(rec)], max_epochs=3).fit(
+        PlainModule(), _loader(3), ckpt_path=tmp_path / "two.ckpt")
+    steps = [s for s in rec.seen if s[0] == "step"]
+    assert [s[1] for s in steps] == [3, 3, 3] and [s[3] for s in steps] == [3, 3, 3]
