@@ -1,40 +1,59 @@
 """MindSpore's ``BackupAndRestore``: back up the training state each epoch, resume from it.
 
 Resuming is exact: the resumed run trains the same batches, in the same order, with the same
-random numbers, as a run that was never interrupted (bit-identical weights on CPU).
+random numbers, as a run that was never interrupted (bit-identical weights on CPU), in one
+process and under DDP.
 
 * At every epoch boundary the backup also holds the random state the next epoch starts from:
   the state of the train ``DataLoader``'s generators (``DataLoader(generator=...)``, a
-  ``RandomSampler``'s own generator) and of torch's global CPU (and CUDA) RNG, which a
-  ``RandomSampler`` without a generator and dropout draw from. :meth:`prepare_dataset` puts it
-  back before the resumed run creates its first iterator, so a shuffled epoch sees the same
-  permutation.
+  ``RandomSampler``'s own generator), of torch's global CPU (and CUDA) RNG, which a
+  ``RandomSampler`` without a generator and dropout draw from, and of numpy's and Python's
+  ``random`` global generators. :meth:`prepare_dataset` puts it back before the resumed run
+  creates its first iterator, so a shuffled epoch sees the same permutation.
 * A stop requested in the middle of an epoch (``OnRequestExit`` on SIGTERM, any
   ``request_stop``) is not an epoch end: the backup records the epochs completed, the number
   of batches of the interrupted epoch already trained, the random state that epoch started
-  from and the global RNG state at the stop. The resumed run re-creates that epoch's batch
-  order, skips (reads without training) the batches already trained and continues with the
-  global RNG where it stopped. The backup is kept at train end when the run did not reach its
-  last epoch.
+  from and the global random state at the stop. The resumed run re-creates that epoch's batch
+  order, skips (reads without training) the batches already trained, continues with the
+  global random state where it stopped and with ``cur_step_num`` at the batches already
+  trained. The backup is kept at train end when the run did not reach its last epoch.
+* Under DDP every rank's random state is saved (gathered to rank 0, which writes) and each
+  rank gets its own back. A plain ``DataLoader`` (default random or sequential sampler) is
+  rebuilt with a ``DistributedSampler`` that is Lightning's own (same split, same seed,
+  ``PL_GLOBAL_SEED`` or 0) except that its epoch is the absolute epoch, so the resumed epochs
+  shuffle as the uninterrupted run's did, and that it leaves out each rank's batches already
+  trained. A mid-epoch backup resumes only with the number of processes that wrote it and a
+  plain ``DataLoader``; anything else is refused with a ``RuntimeError`` saying what to do.
+  Over another train dataset several processes keep the last epoch-boundary backup at a
+  mid-epoch stop (a warning says so): the interrupted epoch is trained again from its start.
 * In sink mode an epoch is one sink and a stop takes effect at its end: every stop is at an
-  epoch boundary. Under DDP a mid-epoch stop keeps the last epoch-boundary backup instead (a
-  warning says so): the interrupted epoch is trained again from its start, from that epoch's
-  starting weights and random state, so nothing is trained twice into the weights either.
-* Other random state (numpy, Python's ``random``, DataLoader workers' own generators beyond
-  their torch seed, a custom iterable's private RNG) is not saved.
-"""
+  epoch boundary.
+* Other random state (DataLoader workers' own generators beyond their torch seed, a custom
+  iterable's private RNG) is not saved.
 
+Size: the callback and the loader, sampler and skip wrapper that resume a run mid-epoch
+share one backup format and its random-state rules; ~590 lines with their docstrings.
+"""
 from __future__ import annotations
 
 import logging
 import os
+import random
 import stat
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    RandomSampler,
+    SequentialSampler,
+)
 
-from lit_amp._io import load_checkpoint, save_checkpoint
+from lit_amp._io import checkpoint_payload, load_checkpoint, write_checkpoint
 from lit_amp._validation import check_bool, check_int
 from lit_amp.callbacks._utils import is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
@@ -58,11 +77,49 @@ def _generators(dataset: Any) -> list[torch.Generator]:
     return found
 
 
+def _world() -> tuple[int, int]:
+    """``(rank, world_size)`` of an initialized torch.distributed, else ``(0, 1)``."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _gather(obj: Any) -> list[Any]:
+    """``obj`` of every rank, indexed by rank (``[obj]`` in one process)."""
+    rank, world = _world()
+    if world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
 def _rng_state(generators: list[torch.Generator]) -> dict:
-    state = {"torch": torch.get_rng_state(), "loader": [g.get_state() for g in generators]}
+    """The global random state (torch, CUDA, numpy, ``random``) and ``generators``' states."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()  # type: ignore[misc]
+    version, internal, gauss_next = random.getstate()
+    state = {"torch": torch.get_rng_state(), "loader": [g.get_state() for g in generators],
+             # plain values and tensors only: loadable with torch.load(weights_only=True)
+             "numpy": [str(kind), torch.from_numpy(np.array(keys, dtype=np.int64)), int(pos),
+                       int(has_gauss), float(gauss)],
+             "python": [int(version), torch.tensor(internal, dtype=torch.int64), gauss_next]}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def _set_global_rng(state: dict) -> None:
+    """Put back the global generators of a :func:`_rng_state` (those it holds)."""
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if state.get("numpy") is not None:
+        kind, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if state.get("python") is not None:
+        version, internal, gauss_next = state["python"]
+        random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss_next))
 
 
 def _set_rng_state(state: dict, generators: list[torch.Generator]) -> None:
@@ -73,11 +130,60 @@ def _set_rng_state(state: dict, generators: list[torch.Generator]) -> None:
             f"generator(s) but the train dataset has {len(generators)}; resume with the same "
             "train dataset (same shuffle / generator settings) the backup was made with."
         )
-    torch.set_rng_state(state["torch"])
+    _set_global_rng(state)
     for g, st in zip(generators, loader):
         g.set_state(st)
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class _Resume:
+    """What the resumed run's first epoch takes from the backup, each piece once.
+
+    Args:
+        skip: batches of the interrupted epoch already trained (per rank).
+        start: the random state that epoch started from, per rank (index = rank).
+        now: the global random state at the stop, per rank.
+    """
+
+    def __init__(self, skip: int = 0, start: list | None = None, now: list | None = None
+                 ) -> None:
+        self.skip, self.start, self.now = skip, start, now
+
+    @staticmethod
+    def _mine(states: list | None) -> dict | None:
+        rank, _ = _world()
+        state = states[rank] if states and rank < len(states) else None
+        return state if isinstance(state, dict) else None
+
+    def take_start(self) -> dict | None:
+        """This rank's start state (once)."""
+        state, self.start = self._mine(self.start), None
+        return state
+
+    def skipped(self, it: Iterator, per_batch: int, total: int | None = None) -> Iterator:
+        """``it`` without its first ``skip * per_batch`` items (the first time only); then
+        the global random state at the stop, right before the next batch is read.
+
+        With ``total`` (the items ``it`` holds) it stops after the last one without asking
+        for one more: exhausting a ``RandomSampler`` draws from its generator once more.
+        """
+        skip, self.skip = self.skip * per_batch, 0
+        now, self.now = self._mine(self.now), None
+        if not skip and now is None:
+            yield from it
+            return
+        for _ in range(skip):
+            if next(it, _END) is _END:
+                return
+        if now is not None:
+            _set_global_rng(now)
+        if total is None:
+            yield from it
+            return
+        for _ in range(total - skip):
+            item = next(it, _END)
+            if item is _END:
+                return
+            yield item
 
 
 class _SkipFirstBatches:
@@ -87,34 +193,103 @@ class _SkipFirstBatches:
     created and dropped (Lightning checks iterability that way) does not use it up.
     """
 
-    def __init__(self, dataset: Iterable, skip: int) -> None:
+    def __init__(self, dataset: Iterable, resume: _Resume) -> None:
         self.dataset = dataset
-        self.skip = skip
+        self.resume = resume
 
     def __iter__(self) -> Iterator:
-        skip, self.skip = self.skip, 0
-        it = iter(self.dataset)
-        for _ in range(skip):
-            if next(it, _END) is _END:
-                return
         try:
-            left = len(self.dataset) - skip  # type: ignore[arg-type]
+            total: int | None = len(self.dataset)  # type: ignore[arg-type]
         except TypeError:
-            yield from it
-            return
+            total = None
         # stop after the last batch without asking for one more, as Lightning does with a
         # sized loader: exhausting it would draw from the sampler's generator once more
-        for _ in range(left):
-            batch = next(it, _END)
-            if batch is _END:
-                return
-            yield batch
+        yield from self.resume.skipped(iter(self.dataset), 1, total)
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
 
 
 _END = object()
+
+_LOADER_ARGS = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
+                "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
+                "pin_memory_device", "in_order")
+
+
+def _plain_loader(dataset: Any) -> bool:
+    """A ``DataLoader`` of the default samplers, which :class:`_ResumeSampler` reproduces."""
+    return (type(dataset) is DataLoader and type(dataset.batch_sampler) is BatchSampler
+            and type(dataset.sampler) in (RandomSampler, SequentialSampler))
+
+
+class _ResumeSampler(DistributedSampler):
+    """The sampler of a :class:`_ResumeLoader`, decided when first used.
+
+    Under DDP it is the ``DistributedSampler`` Lightning would inject (same split and seed)
+    with the absolute epoch (``set_epoch(e)`` uses ``e + epoch_offset``); in one process it
+    is the loader's own sampler. Either way its first iteration leaves out the items of the
+    batches already trained (``resume``).
+    """
+
+    def __init__(self, original: Any, batch_size: int, epoch_offset: int, resume: _Resume
+                 ) -> None:  # DistributedSampler.__init__ waits for the process group
+        self.original, self.batch_size = original, batch_size
+        self.epoch_offset, self.resume = epoch_offset, resume
+        self.lightning_epoch = 0
+        self.distributed: bool | None = None
+
+    def _resolve(self) -> bool:
+        if self.distributed is None:
+            rank, world = _world()
+            self.distributed = world > 1
+            if self.distributed:
+                DistributedSampler.__init__(
+                    self, self.original.data_source, num_replicas=world, rank=rank,
+                    shuffle=isinstance(self.original, RandomSampler),
+                    seed=int(os.getenv("PL_GLOBAL_SEED", "0")), drop_last=False)
+        return bool(self.distributed)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Lightning's epoch of the run; the sampler shuffles with the absolute epoch."""
+        self.lightning_epoch = epoch
+
+    def __iter__(self) -> Iterator:
+        if self._resolve():
+            self.epoch = self.lightning_epoch + self.epoch_offset
+            it = DistributedSampler.__iter__(self)
+        else:
+            it = iter(self.original)
+        return self.resume.skipped(it, self.batch_size, len(self))
+
+    def __len__(self) -> int:
+        return DistributedSampler.__len__(self) if self._resolve() else len(self.original)
+
+
+class _ResumeLoader(DataLoader):
+    """The train ``DataLoader`` rebuilt on a :class:`_ResumeSampler` (same arguments).
+
+    Before its first iterator (which draws the workers' base seed) it calls ``on_first_iter``:
+    under DDP the rank's own random state is put back there, the process group being known.
+    """
+
+    on_first_iter: Any = None
+
+    def __iter__(self) -> Any:
+        hook, self.on_first_iter = self.on_first_iter, None
+        if hook is not None:
+            hook()
+        return super().__iter__()
+
+
+def _rebuild(loader: DataLoader, epoch_offset: int, resume: _Resume) -> _ResumeLoader:
+    kw = {k: getattr(loader, k) for k in _LOADER_ARGS if hasattr(loader, k)}
+    if not kw.get("num_workers"):
+        kw.pop("prefetch_factor", None)
+        kw.pop("persistent_workers", None)
+    sampler = _ResumeSampler(loader.sampler, int(loader.batch_size or 1), epoch_offset, resume)
+    return _ResumeLoader(loader.dataset, batch_size=loader.batch_size, sampler=sampler,
+                         drop_last=loader.drop_last, **kw)
 
 
 class BackupAndRestore(Callback):
@@ -192,9 +367,13 @@ class BackupAndRestore(Callback):
         self._start_state: dict | None = None  # random state the current epoch started from
         self._prefit_state: dict | None = None  # taken before the run's first iterator
         self._skip = 0  # batches of the run's first epoch already trained before the resume
-        self._now_state: dict | None = None  # the global RNG at the stop, put back at step 1
+        self._skip_world = 1  # the number of processes that wrote a mid-epoch backup
+        self._exact_ddp = False  # the train loader was rebuilt (see _ResumeLoader)
         self._steps = 0  # batches of the current epoch trained (including skipped ones)
         self._first_epoch = True
+        #: ``cur_step_num`` the resumed run starts from (the batches of its first epoch
+        #: already trained before a mid-epoch stop; 0 otherwise). The bridge reads it.
+        self.resume_step_num = 0
 
     def restore(self, train_network: Any) -> int:
         """Load the backup (if any) into ``train_network``; return the epochs it completed.
@@ -223,6 +402,8 @@ class BackupAndRestore(Callback):
 
         Call it after :meth:`restore`, right before training starts (``Model.train`` does).
         Without a backup it only remembers the random state the first epoch starts from.
+        A plain ``DataLoader`` is rebuilt on a sampler that resumes exactly under DDP too
+        (see the module docstring).
 
         Args:
             train_dataset: the train DataLoader or re-iterable of batches.
@@ -231,8 +412,8 @@ class BackupAndRestore(Callback):
                 used only when it equals the restored ``epoch_num`` (None: it does).
 
         Returns:
-            ``train_dataset``, or a wrapper whose first iteration leaves out the batches of the
-            interrupted epoch that were already trained.
+            ``train_dataset``, or a loader or wrapper whose first iteration leaves out the
+            batches of the interrupted epoch that were already trained.
 
         Raises:
             RuntimeError: the backup's random state does not fit ``train_dataset`` (another
@@ -252,40 +433,67 @@ class BackupAndRestore(Callback):
         resume, self._resume = self._resume, {}
         restored_epoch = int(resume.get("epoch_num", 0))
         usable = bool(resume) and (initial_epoch is None or initial_epoch == restored_epoch)
-        if usable and isinstance(resume.get("rng"), dict):
-            _set_rng_state(resume["rng"], self._generators)
-        self._prefit_state = _rng_state(self._generators)
+        starts = resume.get("rng_ranks") or [resume.get("rng")] if usable else None
         skip = int(resume.get("step_in_epoch", 0)) if usable else 0
-        if skip <= 0:
-            return train_dataset
-        if dataset_sink_mode:
+        plan = _Resume(skip, starts,
+                       resume.get("rng_now_ranks") or [resume.get("rng_now")] if skip else None)
+        first = plan.take_start() if starts else None  # this process's (rank 0 before DDP)
+        if first is not None:
+            _set_rng_state(first, self._generators)
+        self._prefit_state = _rng_state(self._generators)
+        plan.start = starts  # each DDP rank takes its own before its first iterator
+        if skip > 0 and dataset_sink_mode:
             raise RuntimeError(
                 f"BackupAndRestore: the backup {self.backup_file!r} was made {skip} batches into "
                 f"epoch {restored_epoch + 1}, which sink mode cannot resume; resume with "
                 "dataset_sink_mode=False."
             )
-        self._skip = skip
-        now = resume.get("rng_now")
-        self._now_state = now if isinstance(now, dict) else None
-        log.info("Resuming epoch %d after its first %d batches (already trained).",
-                 restored_epoch + 1, skip)
-        return _SkipFirstBatches(train_dataset, skip)
+        self._skip, self._skip_world = skip, int(resume.get("world_size", 1) or 1)
+        self.resume_step_num = skip
+        if skip:
+            log.info("Resuming epoch %d after its first %d batches (already trained).",
+                     restored_epoch + 1, skip)
+        if not dataset_sink_mode and _plain_loader(train_dataset):
+            self._exact_ddp = True
+            loader = _rebuild(train_dataset, int(initial_epoch or restored_epoch or 0), plan)
+            loader.on_first_iter = lambda: self._first_iter(plan)
+            return loader
+        return _SkipFirstBatches(train_dataset, plan) if skip > 0 else train_dataset
+
+    def _first_iter(self, plan: _Resume) -> None:
+        """Under DDP, right before the first iterator: this rank's own start state."""
+        if _world()[1] == 1:
+            return
+        state = plan.take_start()
+        if state is not None:
+            _set_rng_state(state, self._generators)
+        self._prefit_state = _rng_state(self._generators)
 
     def on_train_begin(self, run_context: RunContext) -> None:
         """Load the backup unless :meth:`restore` already did for this run.
 
         Raises:
-            RuntimeError: a mid-epoch backup is resumed by more than one process.
+            RuntimeError: a mid-epoch backup is resumed by another number of processes than
+                wrote it, or by several processes over a dataset that is not a plain
+                ``DataLoader``.
         """
         self._first_epoch = True
         cb = run_context.original_args()
+        world = int(cb.get("device_number", 1) or 1)
         if self._restored:
             self._restored = False
-            if self._skip and int(cb.get("device_number", 1) or 1) > 1:
+            if self._skip and world != self._skip_world:
                 raise RuntimeError(
                     f"BackupAndRestore: the backup {self.backup_file!r} was made mid-epoch by "
-                    "one process; resume it with one process (device_number is "
-                    f"{cb.get('device_number')})."
+                    f"{self._skip_world} process(es); resume it with {self._skip_world} "
+                    f"(device_number is {world})."
+                )
+            if self._skip and world > 1 and not self._exact_ddp:
+                raise RuntimeError(
+                    f"BackupAndRestore: the backup {self.backup_file!r} was made mid-epoch; "
+                    "several processes resume it exactly only from a torch DataLoader with the "
+                    "default sampler (shuffle=True/False); pass such a DataLoader, or resume "
+                    "with one process."
                 )
             return
         if os.path.isfile(self.backup_file):
@@ -305,14 +513,6 @@ class BackupAndRestore(Callback):
             self._steps = 0
         self._first_epoch = False
 
-    def on_train_step_begin(self, run_context: RunContext) -> None:
-        """After a resume mid-epoch, continue with the global RNG where the stop left it."""
-        if self._now_state is not None:
-            torch.set_rng_state(self._now_state["torch"])
-            if "cuda" in self._now_state and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(self._now_state["cuda"])
-            self._now_state = None
-
     def on_train_step_end(self, run_context: RunContext) -> None:
         """Count the batches of this epoch (the position a mid-epoch backup records)."""
         cb = run_context.original_args()
@@ -327,37 +527,45 @@ class BackupAndRestore(Callback):
         return not run_context.get_stop_requested()  # unknown length: a stop is mid-epoch
 
     def on_train_epoch_end(self, run_context: RunContext) -> None:
-        """Write the backup every ``save_freq`` epochs, or the position of a mid-epoch stop."""
+        """Write the backup every ``save_freq`` epochs, or the position of a mid-epoch stop.
+
+        Under DDP every rank's random state is gathered (a collective: every rank calls it)
+        and rank 0 writes.
+        """
         cb = run_context.original_args()
         epoch = int(cb.get("cur_epoch_num", 0))
         step_num = int(cb.get("cur_step_num", 0))
+        world = int(cb.get("device_number", 1) or 1)
         if self._epoch_complete(cb, run_context):
             if epoch % self.save_freq == 0:
+                starts = _gather(_rng_state(self._generators))
                 self._save(cb, {"epoch_num": epoch, "step_num": step_num, "step_in_epoch": 0,
-                                "rng": _rng_state(self._generators)})
+                                "rng": starts[0], "rng_ranks": starts, "world_size": world})
                 log.info("Backed up epoch %d to %s.", epoch, self.backup_file)
             return
-        if int(cb.get("device_number", 1) or 1) > 1:
+        if world > 1 and not self._exact_ddp:
             log.warning(
-                "BackupAndRestore: training stopped inside epoch %d; a multi-process run resumes "
-                "only from epoch boundaries, so the resumed run trains epoch %d again from its "
-                "start (from the backup of an earlier epoch, not from the weights of this "
-                "partial epoch).", epoch, epoch,
+                "BackupAndRestore: training stopped inside epoch %d; several processes resume "
+                "mid-epoch only over a torch DataLoader with the default sampler, so the "
+                "resumed run trains epoch %d again from its start (from the backup of an "
+                "earlier epoch, not from the weights of this partial epoch).", epoch, epoch,
             )
             return
+        starts = _gather(self._start_state)
+        nows = _gather(_rng_state([]))
         self._save(cb, {"epoch_num": epoch - 1, "step_num": step_num,
-                        "step_in_epoch": self._steps, "rng": self._start_state,
-                        "rng_now": _rng_state([])})
+                        "step_in_epoch": self._steps, "rng": starts[0], "rng_now": nows[0],
+                        "rng_ranks": starts, "rng_now_ranks": nows, "world_size": world})
         log.info("Backed up epoch %d after %d batches to %s.", epoch, self._steps,
                  self.backup_file)
 
     def _save(self, cb: Any, info: dict) -> None:
-        if not is_rank_zero(cb):
-            return
         target = cb.get("train_network")
         if target is None:
             target = cb.get("network")
-        save_checkpoint(target, self.backup_file, info)
+        payload = checkpoint_payload(target, info)  # every rank: may be a collective
+        if is_rank_zero(cb):
+            write_checkpoint(payload, self.backup_file)
 
     def on_train_end(self, run_context: RunContext) -> None:
         """Delete the backup if ``delete_checkpoint`` and the run reached its last epoch."""

@@ -6,7 +6,9 @@ One :class:`MindSporeCallbackBridge` (a Lightning ``Callback``) per ``Model.trai
 =================================  =========================================================
 Lightning                          MindSpore
 =================================  =========================================================
-on_train_start                     enter callbacks, ``on_train_begin``
+on_train_start                     ``cur_step_num`` = 0 (a run resumed mid-epoch: the batches
+                                   of that epoch already trained), enter callbacks,
+                                   ``on_train_begin``
 on_train_epoch_start               ``cur_epoch_num`` (1-based, absolute), ``on_train_epoch_begin``
 on_train_batch_start               ``cur_step_num`` += 1 (sink: sink_size), ``on_train_step_begin``
 on_train_batch_end                 ``net_outputs``, ``on_train_step_end``, stop -> should_stop
@@ -278,7 +280,11 @@ class MindSporeCallbackBridge(L.Callback):
     # ---------------------------------------------------------------- Lightning: train
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._common(trainer)
-        self.cb.cur_step_num = 0
+        # a run resumed mid-epoch (BackupAndRestore) counts the batches of that epoch
+        # already trained, so step-based names and cadences continue where it stopped
+        self.cb.cur_step_num = max(
+            (int(getattr(c, "resume_step_num", 0) or 0) for c in self.callbacks), default=0
+        )
         # MindSpore leaves cur_epoch_num unset until the first epoch begins, and a stop requested
         # in on_train_begin is seen only after the first step (one step runs)
         self.cb.pop("cur_epoch_num", None)

@@ -9,6 +9,8 @@ import threading
 from types import FrameType
 from typing import Any
 
+import torch
+
 from lit_amp._io import load_checkpoint, save_checkpoint
 from lit_amp._validation import check_bool, check_str
 from lit_amp.callbacks._utils import is_rank_zero
@@ -41,8 +43,9 @@ class OnRequestExit(Callback):
     PyTorch counterpart, so the flag is accepted and nothing more is written (an info message
     is logged once). Export a TorchScript or ONNX model yourself if you need a graph.
 
-    Under DDP every process should receive the signal (as with SLURM or torchrun's SIGTERM);
-    processes that disagree on stopping would wait for each other.
+    Under DDP the processes agree at every train step end and epoch end (one all-reduce of
+    the flag): a signal that reaches any of them, at any step, stops all of them after the
+    same step, so a ``BackupAndRestore`` backup of that position is consistent.
 
     Args:
         save_ckpt: save a checkpoint before exiting (and load one at begin if present).
@@ -160,15 +163,28 @@ class OnRequestExit(Callback):
             log.info("OnRequestExit: loading %s.", path)
             load_checkpoint(path, net=target)
 
-    def on_train_step_end(self, run_context: RunContext) -> None:
-        """Request a stop if the signal arrived."""
+    def _agree(self, run_context: RunContext) -> None:
+        """Under DDP, stop everywhere if the signal reached any process; then request it."""
+        cb = run_context.original_args()
+        if int(cb.get("device_number", 1) or 1) > 1:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                device = torch.device("cpu")
+                if dist.get_backend() == "nccl":
+                    device = torch.device("cuda", torch.cuda.current_device())
+                flag = torch.tensor([int(self.exit)], dtype=torch.int32, device=device)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                self.exit = bool(flag.item())
         if self.exit:
             run_context.request_stop()
 
+    def on_train_step_end(self, run_context: RunContext) -> None:
+        """Request a stop if the signal arrived (here or, under DDP, at another process)."""
+        self._agree(run_context)
+
     def on_train_epoch_end(self, run_context: RunContext) -> None:
-        """Request a stop if the signal arrived."""
-        if self.exit:
-            run_context.request_stop()
+        """Request a stop if the signal arrived (here or, under DDP, at another process)."""
+        self._agree(run_context)
 
     def on_train_end(self, run_context: RunContext) -> None:
         """Restore the previous handler; if the signal arrived, save ``{file_name}_train.ckpt``."""

@@ -6,10 +6,13 @@ online loop commits a cursor only when its batch has been trained. It reports a 
 ``len()``, which turns off Lightning's one-batch prefetch (Lightning prefetches only iterables
 without a length, to detect the last batch): on a tailing stream a prefetch would hold the
 newest batch back until the next one lands, and read the cursor one batch ahead of training.
-Under DDP every rank agrees before each step that every rank has a batch (one all-reduce), so
-all ranks step the same number of times however the stream is split: a rank whose part ran
+Under DDP the ranks agree before each step (one all-reduce) on how many of them have a batch,
+so all ranks step the same number of times however the stream is split: a rank whose part ran
 dry steps on a zero-weight *filler* (its last batch, loss times 0) while another still has
-data, so a finite stream is trained to its end on every rank.
+data, so a finite stream is trained to its end on every rank. A rank that never had a batch
+takes the structure of another rank's batch (one ``all_gather_object``, the first time one is
+needed). The loop scales the real ranks' loss by ``world / ranks_with_data``, so the averaged
+update equals the mean over the real batches only.
 """
 
 from __future__ import annotations
@@ -93,11 +96,15 @@ class OnlineStream:
         self.exhausted = False  # the dataset ended
         self.agreed_stop = False  # ranks agreed to stop (another rank had no batch)
         self.stop_local: Callable[[], bool] = lambda: False
-        # DDP: (has a batch, can step) of this rank -> (some rank has a batch, all can step)
-        self.agree: Callable[[bool, bool], tuple[bool, bool]] | None = None
+        # DDP: (has a batch, can step, needs a filler template) of this rank ->
+        # (ranks with a batch, all can step, some rank needs a template)
+        self.agree: Callable[[bool, bool, bool], tuple[int, bool, bool]] | None = None
+        # DDP: every rank's object, indexed by rank (shares a filler template)
+        self.gather: Callable[[Any], list[Any]] | None = None
         self.can_fill = False  # a dry rank may step on a zero-weight filler (see __next__)
         self.filling = False  # the batch just yielded is a filler
-        self._last: Any = None  # the last real batch yielded
+        self.real_ranks = 1  # ranks that step on a real batch this step (DDP)
+        self._last: Any = None  # the last real batch yielded (or another rank's, as template)
 
     def __len__(self) -> int:
         return STREAM_LEN
@@ -125,13 +132,20 @@ class OnlineStream:
         self.filling = False
         if self.agree is not None:
             has = item is not None
-            any_has, all_can = self.agree(has, has or (self.can_fill and self._last is not None))
-            if any_has and all_can and not has:
+            needs = self.can_fill and not has and self._last is None
+            having, all_can, some_need = self.agree(has, has or self.can_fill, needs)
+            self.real_ranks = having
+            if having and all_can and some_need and self.gather is not None:
+                # a rank that never had a batch fills with the structure of another's
+                shared = self.gather(item[0] if has else self._last)
+                if self._last is None:
+                    self._last = next(b for b in shared if b is not None)
+            if having and all_can and not has:
                 # this rank ran dry while another still has data: step on a zero-weight
                 # filler (the loop zeroes its loss), so the others' records get trained
                 item = (self._last, self.source.state_dict() if self.source else None)
                 self.filling = True
-            elif not (any_has and all_can):
+            elif not (having and all_can):
                 if has:
                     # another rank cannot step: this batch is not trained now; its cursor is
                     # not committed, so a restart reads it again

@@ -139,18 +139,27 @@ def test_a_stop_mid_epoch_is_not_an_epoch_end(tmp_path: Any) -> None:
     assert [float(b[0][0, 0]) for b in rest] == [2.0, 3.0]  # batches 1-2 are not trained again
 
 
-@pytest.mark.parametrize("how", ["sink", "ddp"])
-def test_a_stop_mid_epoch_without_exact_resume_keeps_the_epoch_backup(
+@pytest.mark.parametrize("how", ["sink", "ddp", "ddp_list"])
+def test_a_stop_mid_epoch_under_ddp_records_the_position_and_in_sink_mode_is_an_epoch_end(
     tmp_path: Any, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Several processes: the epoch-2 backup stays, a warning says so. Sink: epoch 3 is done."""
+    """Several processes over a DataLoader: the position is recorded as in one process, with
+    the number of processes (before: the epoch-2 backup was kept and epoch 3 retrained from
+    its start); a mid-epoch backup resumed by another number of processes is refused by
+    name. Over a list: the epoch-2 backup stays, a warning says so. Sink: epoch 3 is done."""
+    from torch.utils.data import DataLoader, TensorDataset
+
     cb = BackupAndRestore(str(tmp_path))
+    if how == "ddp":
+        cb.prepare_dataset(DataLoader(TensorDataset(torch.zeros(4, 4)), batch_size=1))
+    elif how == "ddp_list":
+        cb.prepare_dataset([torch.zeros(1, 4)] * 4)
 
     class Ddp(LambdaCallback):
         def on_train_begin(self, run_context: RunContext) -> None:
             run_context.original_args().device_number = 2
 
-    extra = [Ddp()] if how == "ddp" else []
+    extra = [Ddp()] if how != "sink" else []
     kw = {"sink_size": 2} if how == "sink" else {"batches": 4}
 
     def stop(rc: RunContext) -> None:
@@ -163,6 +172,15 @@ def test_a_stop_mid_epoch_without_exact_resume_keeps_the_epoch_backup(
     if how == "sink":  # the stop came at the end of the sink, which is the whole epoch
         assert info["epoch_num"] == 3 and info["step_in_epoch"] == 0
         assert "again from its start" not in caplog.text
-    else:
+        return
+    if how == "ddp_list":
         assert info["epoch_num"] == 2 and info["step_in_epoch"] == 0
         assert "trains epoch 3 again from its start" in caplog.text
+        return
+    assert info["epoch_num"] == 2 and info["step_in_epoch"] == 1 and info["world_size"] == 2
+    assert len(info["rng_ranks"]) == len(info["rng_now_ranks"]) == 1  # no process group here
+    cb2 = BackupAndRestore(str(tmp_path))
+    cb2.restore(TrainNet(*make_net()))
+    cb2.prepare_dataset([(torch.zeros(1, 4), torch.zeros(1, 2))] * 4, False, 2)
+    with pytest.raises(RuntimeError, match=r"made mid-epoch by 2 process\(es\); resume it with 2"):
+        simulate_train([cb2], epochs=5, batches=4, initial_epoch=2)

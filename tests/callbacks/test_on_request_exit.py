@@ -134,3 +134,24 @@ def test_on_request_exit_leaves_resuming_to_backup_and_restore(tmp_path: Any) ->
     ])
     expected = new.predict_network.state_dict()
     assert seen and all(torch.equal(seen[k], expected[k]) for k in expected)
+
+
+def _agree_worker(rank: int, world: int, directory: str) -> list[bool]:
+    cb = OnRequestExit(directory=directory)
+    rc = RunContext(InternalCallbackParam(device_number=world, rank=rank))
+    seen = []
+    for step in range(3):  # the signal reaches rank 1 only, before step 2's end
+        cb.exit = cb.exit or (rank == 1 and step == 1)
+        cb.on_train_step_end(rc)
+        seen.append(rc.get_stop_requested())
+    return seen
+
+
+def test_under_ddp_a_signal_at_one_rank_stops_every_rank_after_the_same_step(
+    tmp_path: Any,
+) -> None:
+    """#18: the ranks all-reduce the flag at each step end (before: rank 0 went on training
+    and waited forever at the next collective that rank 1 never joined)."""
+    from tests.helpers.dist import run_distributed
+
+    assert run_distributed(_agree_worker, args=(str(tmp_path),)) == [[False, True, True]] * 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from lit_amp.boost import AutoBoost
 from lit_amp.rec import CheckpointOptions, StopOptions, ValidationOptions
@@ -33,6 +34,44 @@ def test_with_gradient_accumulation_the_cursor_counts_only_applied_batches(tmp_p
     make_model().online_train(DirectorySource(data, batch_size=4, max_idle_s=0),
                               callbacks=[rec], dataset_sink_mode=False, checkpoint=ckpt)
     assert [i for ids in rec.ids for i in ids] == list(range(24, 32))  # batch 7 retrained
+
+
+def test_at_a_clean_stream_end_the_open_accumulation_window_is_applied(tmp_path):
+    """#18: 7 batches with grad_accumulation_step=3 and the stream ending: updates after
+    batches 3 and 6, then batch 7's window (1 batch, its gradient scaled by 3/1) is applied
+    at the end and counted (before: it was left unapplied, 24 records, and read again)."""
+    from torch import nn
+    from torch.nn.functional import binary_cross_entropy_with_logits as bce
+
+    from lit_amp.rec import RecModel
+    from tests.rec._helpers import tiny_net
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-0.jsonl").write_bytes(b"".join(line(record(i)) for i in range(28)))
+    ckpt = CheckpointOptions(tmp_path / "ckpt", ckpt_every_n_steps=1)
+    net = tiny_net()
+    model = RecModel(net, nn.BCEWithLogitsLoss(), torch.optim.SGD(net.parameters(), 0.5))
+    summary = model.online_train(DirectorySource(data, batch_size=4, max_idle_s=0),
+                                 callbacks=[_accumulate(3)], dataset_sink_mode=False,
+                                 checkpoint=ckpt)
+    assert summary.steps == 7 and summary.total_records == 28
+    assert summary.stop_reason == "idle_timeout"
+    assert latest_checkpoint(ckpt.ckpt_dir)[1]["online"]["records"] == 28
+    # the reference: the mean gradient of each window, the last one of 1 batch
+    ref = tiny_net()
+    opt = torch.optim.SGD(ref.parameters(), 0.5)
+    batches = list(DirectorySource(data, batch_size=4, max_idle_s=0))
+    for window in (batches[0:3], batches[3:6], batches[6:7]):
+        opt.zero_grad()
+        (sum(bce(ref(x), y) for x, y in window) / len(window)).backward()
+        opt.step()
+    for (k, a), b in zip(net.state_dict().items(), ref.state_dict().values()):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), k
+    rec = Recorder()  # a restart has nothing left to train
+    make_model().online_train(DirectorySource(data, batch_size=4, max_idle_s=0),
+                              callbacks=[rec], dataset_sink_mode=False, checkpoint=ckpt)
+    assert rec.ids == []
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """SIGTERM mid-epoch, then resume: every batch of every epoch trained exactly once (issue #18.5).
 
 A real subprocess trains with ``Model.train`` + ``OnRequestExit`` + ``BackupAndRestore`` (a
-net with dropout, so the global RNG matters too). At a seeded step of epoch 3 it signals the
+net with dropout and noise from numpy's and Python's ``random`` global generators, so the
+global random states matter too). At a seeded step of epoch 3 it signals the
 parent, which sends SIGTERM; the process stops cleanly and is started again with the same
 command. The concatenated list of (epoch, sample ids) both runs trained must equal the
 uninterrupted run's, and the final weights must be bit-identical. Loaders: in order; shuffled
@@ -28,7 +29,21 @@ EPOCHS, N, BATCH = 5, 96, 8  # 12 batches an epoch, 60 steps
 ROOT = Path(__file__).resolve().parents[2]
 
 
+class _Noise(torch.nn.Module):
+    """Adds noise drawn from numpy's and Python's global generators (their states matter)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import random
+
+        import numpy as np
+
+        return x + float(np.random.randn()) * 1e-2 + random.random() * 1e-2
+
+
 def _train(work: Path, loader_kind: str, stop_at: tuple[int, int] | None) -> None:
+    import random
+
+    import numpy as np
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -36,6 +51,8 @@ def _train(work: Path, loader_kind: str, stop_at: tuple[int, int] | None) -> Non
     from lit_amp.callbacks import BackupAndRestore, LambdaCallback, OnRequestExit
 
     torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
     x = torch.randn(N, 5)
     x[:, 0] = torch.arange(N) * 1e-3  # the sample id, readable back from a batch
     y = (x[:, 1] > 0).long()
@@ -47,7 +64,8 @@ def _train(work: Path, loader_kind: str, stop_at: tuple[int, int] | None) -> Non
                           generator=torch.Generator().manual_seed(7))
     else:  # shuffled from the global RNG
         data = DataLoader(ds, batch_size=BATCH, shuffle=True)
-    net = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 2))
+    net = nn.Sequential(_Noise(), nn.Linear(5, 16), nn.ReLU(), nn.Dropout(0.3),
+                        nn.Linear(16, 2))
     model = Model(net, nn.CrossEntropyLoss(), torch.optim.Adam(net.parameters(), 1e-2),
                   trainer={"logger": False, "enable_checkpointing": False,
                            "accelerator": "cpu"})
@@ -57,7 +75,8 @@ def _train(work: Path, loader_kind: str, stop_at: tuple[int, int] | None) -> Non
     def step_begin(rc) -> None:
         cb = rc.original_args()
         ids = [round(v * 1e3) for v in cb.train_dataset_element[0][:, 0].tolist()]
-        log.write(json.dumps([cb.cur_epoch_num, ids]) + "\n")
+        step = (cb.cur_step_num - 1) % cb.batch_num + 1  # continues after a resume (#18)
+        log.write(json.dumps([cb.cur_epoch_num, step, ids]) + "\n")
         log.flush()
 
     def step_end(rc) -> None:
@@ -119,7 +138,7 @@ def test_sigterm_mid_epoch_then_resume_trains_every_batch_once(tmp_path: Path,
     assert len(expected) == EPOCHS * N // BATCH
     got = _trained(work)
     assert len(got) == len(expected), "batches were lost or trained twice"
-    assert got == expected  # the same batches, in the same epochs and order
+    assert got == expected  # the same batches, in the same epochs, order and step numbers
     a = torch.load(ref / "final.pt", weights_only=True)
     b = torch.load(work / "final.pt", weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a), "final weights differ from an uninterrupted run"

@@ -146,9 +146,10 @@ class CursorCheckpoints:
         self.cb.last_save_ckpt_step = step
         log.debug("online_train: checkpoint %s", path)
 
-    def finish(self, lit: Any, step: int, cursor: Any) -> None:
-        """The final checkpoint (if a step is not covered yet); release its cursor."""
-        if step != self.last_step:
+    def finish(self, lit: Any, step: int, cursor: Any, force: bool = False) -> None:
+        """The final checkpoint (if a step is not covered yet, or ``force``: the weights
+        changed after the step's checkpoint); release its cursor."""
+        if force or step != self.last_step:
             self.save(lit, step, cursor)
         self.ranks.barrier()  # rank 0 has written the final checkpoint
         self.release(self.saved_cursor)

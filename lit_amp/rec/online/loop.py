@@ -50,6 +50,9 @@ __all__ = ["OnlineLoop"]
 
 log = logging.getLogger(__name__)
 
+#: stop reasons that are a clean end of a finite stream (an open accumulation window is applied)
+_CLEAN_ENDS = ("source_exhausted", "idle_timeout")
+
 
 def _empty_like(batch: Any) -> Any:
     """``batch`` with every tensor cut to 0 rows (what callbacks see of a filler step)."""
@@ -60,6 +63,16 @@ def _empty_like(batch: Any) -> Any:
     if isinstance(batch, (tuple, list)):
         return type(batch)(_empty_like(v) for v in batch)
     return batch
+
+
+class _Restore:
+    """Puts ``obj.name`` back to ``value`` on :meth:`remove` (a hook handle's interface)."""
+
+    def __init__(self, obj: Any, name: str, value: Any) -> None:
+        self.obj, self.name, self.value = obj, name, value
+
+    def remove(self) -> None:
+        setattr(self.obj, self.name, self.value)
 
 
 class OnlineLoop(MindSporeCallbackBridge):
@@ -117,6 +130,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         self._unapplied_records = 0
         self._fill_hook: Any = None
         self._filling = False  # this step trains a zero-weight filler (DDP, a dry rank)
+        self._loss_weight: float | None = None  # DDP: this step's loss factor (_weigh_loss)
 
     def _step(self) -> int:
         return int(self.cb.cur_step_num)
@@ -179,10 +193,9 @@ class OnlineLoop(MindSporeCallbackBridge):
         )
         if self.ranks.world > 1:
             self.stream.agree = self.ranks.agree
-            loss_fn = getattr(self._lit, "loss_fn", None)
-            if isinstance(loss_fn, torch.nn.Module):  # filler steps: the loss times 0
-                self._fill_hook = loss_fn.register_forward_hook(self._weigh_loss)
-                self.stream.can_fill = True
+            self.stream.gather = self.ranks.gather
+            self._bind_loss_weight()
+            self.stream.can_fill = True
         source = self.stream.source
         if source is not None and hasattr(source, "bind_idle"):
             source.bind_idle(self._idle)
@@ -199,6 +212,13 @@ class OnlineLoop(MindSporeCallbackBridge):
         if self.sink:
             self.begin_epoch(int(self.cb.cur_epoch_num) + 1)
         self._filling = self.stream.filling
+        world, real = self.ranks.world, self.stream.real_ranks
+        if self._filling:
+            self._loss_weight = 0.0
+        elif 0 < real < world:
+            self._loss_weight = world / real
+        else:
+            self._loss_weight = None
         self.begin_step(_empty_like(batch) if self._filling else batch)
 
     def on_train_batch_end(
@@ -209,6 +229,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         batch: Any,
         batch_idx: int,
     ) -> None:
+        self._loss_weight = None
         self.end_step(outputs)
         # with gradient accumulation a batch counts as trained (cursor, records) only once the
         # update holding its gradients is applied: a crash before loses no record
@@ -245,11 +266,12 @@ class OnlineLoop(MindSporeCallbackBridge):
         s = self.summary
         if s.stop_reason is None:
             s.stop_reason = self._final_stop_reason()
+        applied = self._apply_open_window(pl_module, s.stop_reason in _CLEAN_ENDS)
         self.end_train()
         step = self._step()
         if self.checkpoints is not None:
-            self.checkpoints.finish(pl_module, step, self.cursor)
-        if self.publisher is not None and step != self.publisher.last_step:
+            self.checkpoints.finish(pl_module, step, self.cursor, force=applied)
+        if self.publisher is not None and (applied or step != self.publisher.last_step):
             self.publisher.publish(step, self.cursor)
         self._finish()
         self._warn_about_leftovers()
@@ -262,15 +284,70 @@ class OnlineLoop(MindSporeCallbackBridge):
             s.elapsed_s,
         )
 
+    def _apply_open_window(self, pl_module: Any, clean: bool) -> bool:
+        """At a clean end of the stream, apply an open gradient-accumulation window.
+
+        The window holds ``m < n`` batches whose gradients were accumulated as ``sum(g) / n``;
+        they are rescaled by ``n / m`` (the mean over the ``m`` batches, as a full window is
+        the mean over its ``n``), the optimizer steps (through the loss-scale controller and
+        the non-finite guard), and the batches count as trained. Under DDP all ranks decide
+        together (their windows are the same size: they step together) and the gradients
+        are averaged over the ranks first (the micro-steps may have skipped DDP's reduction).
+
+        Returns:
+            Whether a window was applied (the weights changed after the last step).
+        """
+        m = int(getattr(pl_module, "_accum_i", 0) or 0)
+        unclean, m_max = self.ranks.reduce_max([int(not clean), m])
+        if m_max == 0 or unclean or getattr(pl_module, "_optimizer", None) is None:
+            return False
+        n = max(int(getattr(pl_module, "grad_accumulation_steps", 1) or 1),
+                int(getattr(pl_module, "_trainer_grad", {}).get("accumulate", 1) or 1))
+        lopt = pl_module.optimizers()
+        raw = lopt.optimizer
+        grads = [p.grad for group in raw.param_groups for p in group["params"]
+                 if p.grad is not None]
+        if self.ranks.world > 1:
+            if any(type(g) is not torch.Tensor for g in grads):  # sharded (FSDP2) gradients
+                log.warning("online_train: the stream ended inside a gradient-accumulation "
+                            "window of sharded gradients; it is not applied (a restart "
+                            "trains its batches again).")
+                return False
+            # the window's micro-steps may have skipped DDP's reduction (local sums): average
+            for g in grads:
+                torch.distributed.all_reduce(g, op=torch.distributed.ReduceOp.SUM)
+                g.div_(self.ranks.world)
+        for g in grads:
+            g.mul_(n / m)
+        ctl = getattr(pl_module, "loss_scale", None)
+        overflow = False
+        if ctl is not None and ctl.enabled:
+            ctl.unscale_(raw)
+            overflow = ctl.found_overflow([raw])
+        if not (ctl is not None and ctl.enabled and ctl.should_skip(overflow)):
+            clip = getattr(pl_module, "_clip", None)
+            if callable(clip):
+                clip(raw)  # Trainer(gradient_clip_val=...), as every update
+            lopt.step()
+        if ctl is not None and ctl.enabled:
+            ctl.update(overflow)
+        raw.zero_grad(set_to_none=True)
+        pl_module._accum_i = 0
+        log.info("online_train: the stream ended inside a gradient-accumulation window; its "
+                 "%d batch(es) were applied (gradients scaled by %d/%d).", m, n, m)
+        self.cursor = self._unapplied_cursor
+        self.summary.total_records += self._unapplied_records
+        self._unapplied_records = 0
+        return True
+
     def _warn_about_leftovers(self) -> None:
         """Say so when a run ends with records it did not train, or trained nothing."""
         s = self.summary
         if self.stream.agreed_stop:
             log.warning(
                 "online_train: rank %d stopped with batches it did not train because another "
-                "rank's part of the stream ran dry (every rank must step together); they stay "
-                "unconsumed in the checkpoint's cursor. Balance the shards (more, smaller "
-                "files) or resume with fewer processes to train them.",
+                "rank stopped (every rank must step together); they stay unconsumed in the "
+                "checkpoint's cursor and a restart trains them.",
                 self.ranks.rank,
             )
         if s.steps == 0 and s.resumed_from is not None:
@@ -297,9 +374,39 @@ class OnlineLoop(MindSporeCallbackBridge):
             return "source_exhausted"
         return self.stop.local_reason() or "peer_stopped"
 
+    def _bind_loss_weight(self) -> None:
+        """Weigh each DDP step's loss (see :meth:`_weigh_loss`) where the loss is computed.
+
+        A loss module gets a forward hook; a plain loss function is wrapped for the run;
+        without ``loss_fn`` the network returns the loss and gets the forward hook.
+        """
+        lit = self._lit
+        loss_fn = getattr(lit, "loss_fn", None)
+        if isinstance(loss_fn, torch.nn.Module) or loss_fn is None:
+            module = loss_fn if loss_fn is not None else lit.network
+            self._fill_hook = module.register_forward_hook(self._weigh_loss)
+            return
+        original = loss_fn
+
+        def weighted(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            weighed = self._weigh_loss(None, args, out)
+            return out if weighed is None else weighed
+
+        lit.loss_fn = weighted
+        self._fill_hook = _Restore(lit, "loss_fn", original)
+
     def _weigh_loss(self, module: Any, inputs: Any, output: Any) -> Any:
-        """The loss module's forward hook: a filler step's loss is multiplied by 0."""
-        return output * 0.0 if self._filling and torch.is_tensor(output) else None
+        """Under DDP, a filler step's loss times 0 and a real one's times ``world / k``.
+
+        ``k`` is the number of ranks stepping on a real batch; DDP averages the gradients
+        over all ``world`` ranks, so the update is the mean over the ``k`` real batches (not
+        diluted by the fillers' zero gradients).
+        """
+        weight = self._loss_weight
+        if weight is None or not torch.is_tensor(output):
+            return None
+        return output * weight
 
     def _finish(self) -> None:
         self.stop.finish()

@@ -1,4 +1,4 @@
-"""The three collectives ``online_train`` needs under DDP (no-ops in one process).
+"""The collectives ``online_train`` needs under DDP (no-ops in one process).
 
 Example:
     >>> Ranks().reduce_max([0, 1]), Ranks().gather("cursor")
@@ -36,10 +36,27 @@ class Ranks:
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return [int(v) for v in t.tolist()]
 
-    def agree(self, has_batch: bool, can_step: bool) -> tuple[bool, bool]:
-        """``(some rank has a batch, every rank can step)`` (one all-reduce MAX)."""
-        some, cannot = self.reduce_max([int(has_batch), int(not can_step)])
-        return bool(some), not cannot
+    def reduce_sum(self, values: list[int]) -> list[int]:
+        """The element-wise sum of ``values`` over all ranks."""
+        if self.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.int64, device=self.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+        return [int(v) for v in t.tolist()]
+
+    def agree(self, has_batch: bool, can_step: bool, needs_filler: bool = False
+              ) -> tuple[int, bool, bool]:
+        """One all-reduce before a step: ``(ranks with a batch, every rank can step, some rank
+        needs a filler template)``.
+
+        Example:
+            >>> Ranks().agree(True, True)
+            (1, True, False)
+        """
+        having, cannot, needing = self.reduce_sum(
+            [int(has_batch), int(not can_step), int(needs_filler)]
+        )
+        return having, cannot == 0, needing > 0
 
     def gather(self, obj: Any) -> list[Any]:
         """``obj`` of every rank, indexed by rank."""

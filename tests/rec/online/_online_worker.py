@@ -62,6 +62,10 @@ def main() -> None:
     p.add_argument("--wait-for", default=None, help="start training once this file exists")
     p.add_argument("--delete-consumed", action="store_true")
     p.add_argument("--valid-every", type=int, default=0, help="validate on a held-out window")
+    p.add_argument("--sgd", type=float, default=0.0, help="SGD with this lr instead of Adam")
+    p.add_argument("--loss-function", action="store_true", help="a plain function as loss_fn")
+    p.add_argument("--accumulate", type=int, default=1, help="boost grad_accumulation_step")
+    p.add_argument("--save-weights", default=None, help="torch.save the final weights here")
     a = p.parse_args()
     if a.wait_for:  # started early so that the imports above overlap another run
         while not os.path.exists(a.wait_for):
@@ -75,13 +79,17 @@ def main() -> None:
         trainer = {"accelerator": "cpu", "devices": a.ddp, "strategy": "ddp"}
         log = f"{a.log}.rank{os.environ['LOCAL_RANK']}"
     metrics = {"auc", "loss"} if a.valid_every else None
-    model = RecModel(
-        net,
-        nn.BCEWithLogitsLoss(),
-        torch.optim.Adam(net.parameters(), 1e-2),
-        metrics=metrics,
-        trainer=trainer,
-    )
+    opt = (torch.optim.SGD(net.parameters(), a.sgd) if a.sgd
+           else torch.optim.Adam(net.parameters(), 1e-2))
+    loss_fn = nn.functional.binary_cross_entropy_with_logits if a.loss_function else (
+        nn.BCEWithLogitsLoss())
+    model = RecModel(net, loss_fn, opt, metrics=metrics, trainer=trainer)
+    boost = []
+    if a.accumulate > 1:
+        from lit_amp.boost import AutoBoost
+
+        boost = [AutoBoost("O0", {"boost": {"mode": "manual", "grad_accumulation": True},
+                                  "grad_accumulation": {"grad_accumulation_step": a.accumulate}})]
     valid = ValidationOptions(valid_every_n_steps=a.valid_every) if a.valid_every else None
     src = DirectorySource(
         a.data,
@@ -92,12 +100,15 @@ def main() -> None:
     )
     summary = model.online_train(
         src,
-        callbacks=[LogIds(log, a.sleep), *([LogEval(log + ".eval")] if a.valid_every else [])],
+        callbacks=[LogIds(log, a.sleep), *([LogEval(log + ".eval")] if a.valid_every else []),
+                   *boost],
         checkpoint=CheckpointOptions(
             a.ckpt, ckpt_every_n_steps=a.ckpt_every, keep_checkpoint_max=3
         ),
         validation=valid,
     )
+    if a.save_weights:
+        torch.save(net.state_dict(), a.save_weights)
     print("SUMMARY " + json.dumps(dataclasses.asdict(summary)), flush=True)
     sys.exit(0)
 

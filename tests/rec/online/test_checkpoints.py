@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from lit_amp._io import TMP_PREFIX
+from lit_amp._io import TMP_PREFIX, load_checkpoint
 from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
 from lit_amp.rec import (
     CheckpointOptions,
@@ -32,7 +32,7 @@ def test_checkpoints_by_steps_keep_the_newest(tmp_path):
     names = [os.path.basename(p) for p in list_checkpoints(tmp_path)]
     assert names == ["online-000000000009.ckpt", "online-000000000010.ckpt"]  # 3, 6 pruned
     assert s.last_checkpoint.endswith("online-000000000010.ckpt")
-    state = torch.load(s.last_checkpoint, weights_only=False)
+    state = load_checkpoint(s.last_checkpoint, weights_only=False)  # with its views
     assert set(state) >= {"network", "optimizer", "online", "append_info"}
     assert state["online"]["step"] == 10 and state["online"]["records"] == 80
     assert state["online"]["cursors"] == [{"batches": 10}]

@@ -38,6 +38,42 @@ def _uneven_files(directory: Path, per_shard: tuple[int, int], per_file: int) ->
     return names
 
 
+def _reference(data: Path, lr: float, accumulate: int = 1) -> dict[str, torch.Tensor]:
+    """The weights SGD reaches when each step averages the real batches of that step only
+    (rank r's s-th batch is its shard's s-th; a dry rank adds nothing)."""
+    from torch.nn.functional import binary_cross_entropy_with_logits as bce
+
+    from lit_amp.rec import WideDeep
+    from lit_amp.rec.sources import DirectorySource
+
+    shards = [list(DirectorySource(data, batch_size=10, rank=r, world_size=2, max_idle_s=0))
+              for r in (0, 1)]
+    torch.manual_seed(0)
+    net = WideDeep(vocab_size=64, embed_dim=4, hidden=(16,))
+    opt = torch.optim.SGD(net.parameters(), lr)
+    steps = max(len(b) for b in shards)
+    for s in range(steps):
+        if s % accumulate == 0:
+            opt.zero_grad()
+        real = [b[s] for b in shards if s < len(b)]
+        loss = sum(bce(net(x), y) for x, y in real) / len(real)
+        (loss / accumulate).backward()
+        if s % accumulate == accumulate - 1 or s == steps - 1:
+            if s % accumulate != accumulate - 1:  # the open window at the stream's end
+                for p in net.parameters():
+                    if p.grad is not None:
+                        p.grad *= accumulate / (s % accumulate + 1)
+            opt.step()
+    return net.state_dict()
+
+
+def _assert_same_weights(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for k in want:
+        assert torch.allclose(got[k], want[k], rtol=1e-5, atol=1e-6), (
+            k, (got[k] - want[k]).abs().max().item())
+
+
 def _run_two_ranks(tmp_path: Path, extra: list[str]) -> list[dict]:
     """Both ranks of ``_online_worker.py`` under DDP; returns their summaries."""
     data, ckpt, log = tmp_path / "data", tmp_path / "ckpt", tmp_path / "trained.log"
@@ -136,3 +172,56 @@ def test_ddp_validation_on_held_out_windows_of_an_uneven_stream(tmp_path):
     values = [[line.split(None, 1)[1] for line in e] for e in evals]
     assert values[0] == values[1]
     assert all("auc=" in v and "loss=" in v for v in values[0])
+
+
+@pytest.mark.parametrize("loss", ["module", "function"])
+def test_ddp_filler_steps_do_not_dilute_the_real_gradient(tmp_path, loss):
+    """#18: while rank 1 steps on fillers, rank 0's real loss is scaled by world / ranks with
+    data, so the update is the mean over the real batches (before: DDP averaged rank 0's
+    gradient with the filler's zero, and steps 3-5 trained with half the gradient)."""
+    data = tmp_path / "data"
+    _uneven_files(data, per_shard=(5, 2), per_file=10)
+    want = _reference(data, lr=0.5)
+    extra = ["--sgd", "0.5", "--save-weights", str(tmp_path / "final.pt")]
+    summaries = _run_two_ranks(tmp_path, extra + (["--loss-function"] if loss == "function"
+                                                  else []))
+    assert [s["steps"] for s in summaries] == [5, 5]
+    assert [s["records"] for s in summaries] == [50, 20]
+    _assert_same_weights(torch.load(tmp_path / "final.pt", weights_only=True), want)
+
+
+def test_ddp_a_rank_with_no_data_lets_the_others_train_everything(tmp_path):
+    """#18: rank 1's part of the stream is empty from the start; it steps on fillers shaped
+    like rank 0's batches, so rank 0 trains all its records, once (before: both ranks stopped
+    at once, 0 steps, every record left untrained)."""
+    data = tmp_path / "data"
+    names = _uneven_files(data, per_shard=(4, 0), per_file=10)
+    want = _reference(data, lr=0.5)
+    summaries = _run_two_ranks(tmp_path, ["--sgd", "0.5", "--save-weights",
+                                          str(tmp_path / "final.pt")])
+    assert [s["steps"] for s in summaries] == [4, 4]
+    assert [s["records"] for s in summaries] == [40, 0]
+    assert [s["stop_reason"] for s in summaries] == ["idle_timeout"] * 2
+    ids = [int(i) for line in (tmp_path / "trained.log.rank0").read_text().splitlines()
+           for i in line.split()[1:]]
+    assert len(ids) == len(set(ids)) == 40  # every record of rank 0's part, once
+    assert all(len(line.split()) == 1 for line in
+               (tmp_path / "trained.log.rank1").read_text().splitlines())  # fillers: 0 rows
+    _assert_same_weights(torch.load(tmp_path / "final.pt", weights_only=True), want)
+    state = torch.load(list_checkpoints(tmp_path / "ckpt")[-1], weights_only=False)
+    assert state["online"]["cursors"][0]["done"] == sorted(names[0])
+
+
+def test_ddp_an_open_accumulation_window_at_the_stream_end_is_applied_on_every_rank(tmp_path):
+    """#18: grad_accumulation_step=2 over shards of 3 and 2 files: windows [1, 2] and [3];
+    at the stream's end the open window (rank 0's third batch, rank 1 on a filler) is
+    averaged over the ranks, scaled by 2/1 and applied on both ranks, and its records count
+    (before: rank 0's third batch was neither applied nor counted: records [20, 20])."""
+    data = tmp_path / "data"
+    _uneven_files(data, per_shard=(3, 2), per_file=10)
+    want = _reference(data, lr=0.5, accumulate=2)
+    summaries = _run_two_ranks(tmp_path, ["--sgd", "0.5", "--accumulate", "2",
+                                          "--save-weights", str(tmp_path / "final.pt")])
+    assert [s["steps"] for s in summaries] == [3, 3]
+    assert [s["records"] for s in summaries] == [30, 20]  # rank 0's third batch counted
+    _assert_same_weights(torch.load(tmp_path / "final.pt", weights_only=True), want)
