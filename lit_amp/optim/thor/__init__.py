@@ -16,11 +16,19 @@ Example:
     >>> damping = get_thor_damping(0, 0.03, 0.5, total_epochs=20, steps_per_epoch=40)
     >>> thor(net, lr, damping, momentum=0.9, frequency=10).get_frequency()
     10
+
+    The recommended recipe (K-FAC's damping split and bias column; a constant damping):
+
+    >>> from lit_amp.optim.thor import RECOMMENDED_RECIPE
+    >>> opt = thor(net, lr, 0.03, 0.9, weight_decay=0.02, **RECOMMENDED_RECIPE)
+    >>> opt.pi_damping, opt.layers[0].bias is not None, opt.get_frequency()
+    (True, True, 10)
 """
 
 from lit_amp.optim.thor.optimizer import (
     DEFAULT_FACTOR_DECAY,
     DEFAULT_TRACE_THRESHOLDS,
+    RECOMMENDED_RECIPE,
     THOR,
     ParamInfo,
     thor,
@@ -35,4 +43,5 @@ __all__ = [
     "get_thor_damping",
     "DEFAULT_FACTOR_DECAY",
     "DEFAULT_TRACE_THRESHOLDS",
+    "RECOMMENDED_RECIPE",
 ]

@@ -131,8 +131,9 @@ def refresh(
     active = [lf for lf in layers if lf.installed]
     pend = _collect(active, grad_scale, split_indices)
     _average(active, pend, factor_decay)
-    _set_damping(active, sq, pi_damping)
-    todo = _trace_rule(active, trace_thresholds)
+    traces = _traces(active)
+    _set_damping(active, traces, sq, pi_damping)
+    todo = _trace_rule(active, traces, trace_thresholds)
     if todo is None:
         return False, 0, 0.0
     if not todo:
@@ -140,22 +141,28 @@ def refresh(
     return True, len(todo), _invert(todo, split_dim)
 
 
-def _set_damping(active: list[LayerFactors], sq: float, pi_damping: bool) -> None:
+def _traces(active: list[LayerFactors]) -> dict[tuple[int, int], float]:
+    """``tr F`` of every factor of the active layers, by ``(id(layer), factor)``: one host sync
+    shared by the π split and the trace rule."""
+    keys: list[tuple[int, int]] = []
+    vals: list[Tensor] = []
+    for lf in active:
+        for f, mat in ((0, lf.A), (1, lf.G)):
+            if mat is not None:
+                keys.append((id(lf), f))
+                vals.append(mat.sum() if mat.dim() == 1 else mat.diagonal().sum())
+    return dict(zip(keys, torch.stack(vals).tolist())) if vals else {}
+
+
+def _set_damping(active: list[LayerFactors], traces: dict[tuple[int, int], float], sq: float,
+                 pi_damping: bool) -> None:
     """Each layer's damping of A and G (π-corrected when asked and both factors exist)."""
-    both = [lf for lf in active if pi_damping and lf.A is not None and lf.G is not None]
     for lf in active:
         lf.sqrt_damping = [sq, sq]
-    if not both:
-        return
-    means = []
-    for lf in both:
-        a, g = lf.A, lf.G
-        assert a is not None and g is not None
-        means.append((a.sum() if a.dim() == 1 else a.diagonal().sum()) / lf.a_dim)
-        means.append(g.diagonal().sum() / lf.g_dim)
-    vals = torch.stack(means).tolist()
-    for i, lf in enumerate(both):
-        a_mean, g_mean = vals[2 * i], vals[2 * i + 1]
+        if not pi_damping or lf.A is None or lf.G is None:
+            continue
+        a_mean = traces[(id(lf), 0)] / lf.a_dim
+        g_mean = traces[(id(lf), 1)] / lf.g_dim
         if a_mean > 0 and g_mean > 0 and math.isfinite(a_mean / g_mean):
             pi = math.sqrt(a_mean / g_mean)
             lf.sqrt_damping = [sq * pi, sq / pi]
@@ -167,7 +174,9 @@ def _collect(active: list[LayerFactors], scale: float, split_indices: Sequence[i
         pend = allreduce_factors(active, pend, split_indices)
     flat = [t for pair in pend for t in pair if t is not None]
     if flat:
-        ok = iter(torch.stack([torch.isfinite(t).all() for t in flat]).tolist())
+        # one host sync: a factor is finite iff its sum is (a sum past fp32's range also
+        # counts as non-finite: such a factor is kept out like an overflowing one)
+        ok = iter(torch.stack([t.sum() for t in flat]).isfinite().tolist())
         for pair in pend:
             for f in (0, 1):
                 if pair[f] is not None and not next(ok):
@@ -184,41 +193,37 @@ def _average(active: list[LayerFactors], pend: _Pending, beta: float) -> None:
 
 
 def _trace_rule(
-    active: list[LayerFactors], thresholds: tuple[float, float]
+    active: list[LayerFactors], traces: dict[tuple[int, int], float],
+    thresholds: tuple[float, float],
 ) -> list[tuple[LayerFactors, int, float]] | None:
     """The factors to re-invert (with their damped traces); None when no factor is a candidate.
 
     Δ = |tr(F+√λI) − tr(F_ref+√λI)| / tr(F_ref+√λI): Δ > ω1 re-inverts, ω2 ≤ Δ ≤ ω1 reuses the
     old inverse, Δ < ω2 freezes the factor for good (a layer with both frozen loses its hook).
     """
-    cands: list[tuple[LayerFactors, int]] = []
-    traces: list[Tensor] = []
+    w1, w2 = thresholds
+    todo: list[tuple[LayerFactors, int, float]] = []
+    candidate = False
     for lf in active:
         for f, mat in ((0, lf.A), (1, lf.G)):
             if mat is None or lf.frozen[f]:
                 continue
+            candidate = True
             dim = lf.a_dim if f == 0 else lf.g_dim
-            tr = mat.sum() if mat.dim() == 1 else mat.diagonal().sum()
-            cands.append((lf, f))
-            traces.append(tr + lf.sqrt_damping[f] * dim)
-    if not cands:
-        return None
-    w1, w2 = thresholds
-    todo: list[tuple[LayerFactors, int, float]] = []
-    for (lf, f), tr in zip(cands, torch.stack(traces).tolist()):
-        inv = lf.A_inv if f == 0 else lf.G_inv
-        ref = lf.trace_ref[f]
-        if inv is None or ref is None or ref <= 0:
-            todo.append((lf, f, tr))
-            continue
-        delta = abs(tr - ref) / ref
-        if delta > w1:
-            todo.append((lf, f, tr))
-        elif delta < w2:
-            lf.frozen[f] = True
-            if all(lf.frozen):
-                lf.remove()
-    return todo
+            tr = traces[(id(lf), f)] + lf.sqrt_damping[f] * dim
+            inv = lf.A_inv if f == 0 else lf.G_inv
+            ref = lf.trace_ref[f]
+            if inv is None or ref is None or ref <= 0:
+                todo.append((lf, f, tr))
+                continue
+            delta = abs(tr - ref) / ref
+            if delta > w1:
+                todo.append((lf, f, tr))
+            elif delta < w2:
+                lf.frozen[f] = True
+                if all(lf.frozen):
+                    lf.remove()
+    return todo if candidate else None
 
 
 def _invert(todo: list[tuple[LayerFactors, int, float]], split_dim: int | None) -> float:

@@ -171,6 +171,8 @@ class LayerFactors:
         self.sqrt_damping: list[float] = [0.0, 0.0]
         self._records: list[_Record] = []
         self._handle: Any = None
+        # A⁻¹ and its weight / bias columns as contiguous copies (``precondition_with_bias``)
+        self._a_split: tuple[Tensor, Tensor, Tensor] | None = None
 
     # ------------------------------------------------------------------ hooks
     @property
@@ -249,10 +251,10 @@ class LayerFactors:
             return torch.bincount(ids, minlength=self.a_dim).float(), ids.numel()
         if self.kind == "linear":
             rows = x.reshape(-1, self.a_dim - (self.bias is not None)).float()
+            if self.bias is not None:
+                rows = torch.cat([rows, rows.new_ones(rows.shape[0], 1)], 1)
         else:
-            rows = conv_patches(self.module, x).float()
-        if self.bias is not None:
-            rows = torch.cat([rows, rows.new_ones(rows.shape[0], 1)], 1)
+            rows = _patch_rows(self.module, x, self.bias is not None)
         return rows.t() @ rows, rows.shape[0]
 
     def take_pending(self, grad_scale: float = 1.0) -> tuple[Tensor | None, Tensor | None]:
@@ -299,25 +301,49 @@ class LayerFactors:
     # -------------------------------------------------------------- applying
     def precondition_with_bias(self, grad: Tensor, bias_grad: Tensor | None
                                ) -> tuple[Tensor, Tensor]:
-        """``G⁻¹ · [g | b] · A⁻¹`` for a layer whose A carries the bias column (``bias``)."""
-        b = torch.zeros(grad.shape[0], dtype=grad.dtype, device=grad.device) \
-            if bias_grad is None else bias_grad
-        joint = torch.cat([grad.reshape(grad.shape[0], -1), b.reshape(-1, 1)], 1)
-        out = self.precondition(joint)
-        return out[:, :-1].reshape(grad.shape), out[:, -1].reshape(b.shape)
+        """``G⁻¹ · [g | b] · A⁻¹`` for a layer whose A carries the bias column (``bias``).
+
+        Both results are contiguous (strided slices of one joint result made every later
+        elementwise op of the update slower), computed from A⁻¹'s weight and bias columns kept
+        as contiguous copies until A⁻¹ changes.
+        """
+        out_dim = grad.shape[0]
+        b = grad.new_zeros(out_dim) if bias_grad is None else bias_grad
+        g2 = grad if grad.dim() == 2 else grad.reshape(out_dim, -1)
+        joint = torch.cat([g2, b.unsqueeze(1) if b.dim() == 1 else b.reshape(out_dim, 1)], 1)
+        a_inv, g_inv = self.A_inv, self.G_inv
+        assert a_inv is not None and g_inv is not None
+        if a_inv.dim() == 2 and g_inv.dim() == 2:  # dense inverses: A⁻¹'s columns pre-split
+            split = self._a_split
+            if split is None or split[0] is not a_inv:
+                split = self._a_split = (a_inv, a_inv[:, :-1].contiguous(),
+                                         a_inv[:, -1].contiguous())
+            left = torch.mm(g_inv, joint if joint.dtype == torch.float32 else joint.float())
+            w, bo = torch.mm(left, split[1]), torch.mv(left, split[2])
+        else:
+            out = self._apply(joint)
+            w, bo = out[:, :-1].contiguous(), out[:, -1].contiguous()
+        if grad.dim() != 2:
+            w = w.view(grad.shape)
+        if b.dim() != 1:
+            bo = bo.view(b.shape)
+        return (w, bo) if grad.dtype == torch.float32 else (w.to(grad.dtype), bo.to(b.dtype))
 
     def precondition(self, grad: Tensor) -> Tensor:
         """``G⁻¹ · g · A⁻¹`` (Embedding: ``diag(A⁻¹) · g · G⁻¹``) in the gradient's shape."""
+        out = self._apply(grad.reshape(grad.shape[0], -1)).view(grad.shape)
+        return out if grad.dtype == torch.float32 else out.to(grad.dtype)
+
+    def _apply(self, g2: Tensor) -> Tensor:
+        """The float32 preconditioned (out, in) matrix of a 2-D gradient."""
         a_inv, g_inv = self.A_inv, self.G_inv
         assert a_inv is not None and g_inv is not None
-        dtype = grad.dtype
-        g = grad if dtype == torch.float32 else grad.float()
+        g = g2 if g2.dtype == torch.float32 else g2.float()
         if self.kind == "embedding":
-            out = apply_right(g * a_inv.unsqueeze(1), g_inv)
-        else:
-            g2 = g.reshape(g.shape[0], -1)
-            out = apply_right(apply_left(g_inv, g2), a_inv).view(grad.shape)
-        return out if dtype == torch.float32 else out.to(dtype)
+            return apply_right(g * a_inv.unsqueeze(1), g_inv)
+        if a_inv.dim() == 2 and g_inv.dim() == 2:  # dense inverses: two plain matmuls
+            return torch.mm(torch.mm(g_inv, g), a_inv)
+        return apply_right(apply_left(g_inv, g), a_inv)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -356,12 +382,24 @@ def conv_patches(module: nn.Module, x: Tensor) -> Tensor:
     """im2col patches of a Conv1d/Conv2d input as (N·L, Cin·k) rows, in the weight's order.
 
     Applies the layer's own padding (any ``padding`` / ``padding_mode``), stride and dilation.
+    The rows are gathered from strided views of the input (``Tensor.unfold``) in one copy:
+    the same values as ``F.unfold``, whose CPU kernel loops over the batch one sample at a
+    time and cost THOR's CNN most of its refresh (issue #20).
 
     Example:
         >>> conv = nn.Conv1d(2, 3, 3, padding=1)
         >>> conv_patches(conv, torch.randn(4, 2, 10)).shape
         torch.Size([40, 6])
+        >>> x = torch.randn(4, 2, 10)
+        >>> ref = F.unfold(F.pad(x, (1, 1)).unsqueeze(2), (1, 3)).transpose(1, 2).reshape(40, 6)
+        >>> torch.equal(conv_patches(conv, x), ref)
+        True
     """
+    return _patch_rows(module, x, False)
+
+
+def _patch_view(module: nn.Module, x: Tensor) -> Tensor:
+    """The patches as a strided view (N, *out_spatial, Cin, *kernel) of the padded input."""
     conv: Any = module
     one_d = isinstance(module, nn.Conv1d)
     spatial = 1 if one_d else 2
@@ -371,20 +409,38 @@ def conv_patches(module: nn.Module, x: Tensor) -> Tensor:
     if any(pads):
         mode = "constant" if conv.padding_mode == "zeros" else conv.padding_mode
         x = F.pad(x, pads, mode=mode)
-    if one_d:
-        x = x.unsqueeze(2)
-        kernel, stride, dilation = (1, *conv.kernel_size), (1, *conv.stride), (1, *conv.dilation)
-    else:
-        kernel, stride, dilation = conv.kernel_size, conv.stride, conv.dilation
-    cols = F.unfold(x, kernel_size=kernel, dilation=dilation, stride=stride)  # (N, C·k, L)
-    return cols.transpose(1, 2).reshape(-1, cols.shape[1])
+    v = x
+    for i in range(spatial):  # (N, C, *out_spatial, *span)
+        k, d = conv.kernel_size[i], conv.dilation[i]
+        v = v.unfold(2 + i, d * (k - 1) + 1, conv.stride[i])
+    if any(d != 1 for d in conv.dilation):
+        v = v[(..., *(slice(None, None, d) for d in conv.dilation))]
+    # (N, C, O..., K...) -> (N, O..., C, K...)
+    order = [0, *range(2, 2 + spatial), 1, *range(2 + spatial, 2 + 2 * spatial)]
+    return v.permute(order)
+
+
+def _patch_rows(module: nn.Module, x: Tensor, ones: bool) -> Tensor:
+    """Float32 patch rows (N·L, Cin·k), with a trailing ones column when ``ones``."""
+    v = _patch_view(module, x)
+    d = math.prod(v.shape[(v.dim() - 2) // 2 + 1:])  # Cin · kernel
+    m = v.numel() // d
+    if not ones:
+        return v.reshape(m, d).float()
+    return _with_ones(v, m)
+
+
+def _with_ones(v: Tensor, m: int) -> Tensor:
+    """``[rows | 1]`` as float32, ``rows`` being the patch view ``v`` read as (m, -1), in one
+    copy (for a Linear input ``torch.cat`` is cheaper)."""
+    d = v.numel() // m
+    out = torch.empty(m, d + 1, dtype=torch.float32, device=v.device)
+    out[:, d] = 1.0
+    out[:, :d].view(v.shape).copy_(v)
+    return out
 
 
 # --------------------------------------------------------------------------- inverses
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _blocks(mat: Tensor, sqrt_damping: float, split_dim: int | None) -> tuple[Tensor, int]:
     """Damped diagonal blocks (nb, b, b) of ``mat`` padded with identity, and the dim d."""
     d = mat.shape[0]
@@ -409,10 +465,10 @@ def invert_factors(
 
     Each matrix larger than ``split_dim`` is cut into ``split_dim``-sized diagonal blocks (the
     last one padded with identity, as MindSpore does) whose inverses form a block-diagonal
-    approximation of the true inverse; ``split_dim=None`` inverts whole matrices. All blocks of
-    all matrices are inverted in a few batched calls (blocks padded with identity to a common
-    power-of-two size, which leaves their inverses unchanged). A block that is not positive
-    definite in fp32 is retried with growing jitter.
+    approximation of the true inverse; ``split_dim=None`` inverts whole matrices. Blocks of the
+    same size (from all matrices) are inverted in one batched call; blocks are never padded to a
+    common size (a 76-wide block padded to 128 cost ~5x the flops, issue #20). A block that is
+    not positive definite in fp32 is retried with growing jitter.
 
     Returns:
         Per matrix, a (d, d) inverse when ``d <= DENSE_APPLY_MAX`` (block-diagonal when split),
@@ -430,33 +486,28 @@ def invert_factors(
     per_mat: list[tuple[Tensor, int]] = [
         _blocks(m.float(), sd, split_dim) for m, sd in zip(mats, damps)
     ]
-    buckets: dict[int, list[tuple[int, int]]] = {}  # size -> [(matrix index, block index)]
+    buckets: dict[int, list[tuple[int, int]]] = {}  # block size -> [(matrix, block index)]
     for i, (blocks, _) in enumerate(per_mat):
-        b = blocks.shape[-1]
-        size = b if split_dim is None else min(_next_pow2(b), max(split_dim, b))
         for j in range(blocks.shape[0]):
-            buckets.setdefault(size, []).append((i, j))
+            buckets.setdefault(blocks.shape[-1], []).append((i, j))
     inv_blocks: list[list[Tensor | None]] = [[None] * bl.shape[0] for bl, _ in per_mat]
-    for size, members in buckets.items():
-        device = per_mat[members[0][0]][0].device
-        batch = torch.eye(size, device=device).repeat(len(members), 1, 1)
-        for k, (i, j) in enumerate(members):
-            blk = per_mat[i][0][j]
-            b = blk.shape[-1]
-            batch[k, :b, :b] = blk
+    for members in buckets.values():
+        if len(members) == 1:
+            i, j = members[0]
+            batch = per_mat[i][0][j: j + 1]
+        else:
+            batch = torch.stack([per_mat[i][0][j] for i, j in members])
         inv = _cholesky_inverse(batch)
         for k, (i, j) in enumerate(members):
-            b = per_mat[i][0].shape[-1]
-            inv_blocks[i][j] = inv[k, :b, :b]
+            inv_blocks[i][j] = inv[k]
     out: list[Tensor] = []
     for (_, d), invs in zip(per_mat, inv_blocks):
-        stack = torch.stack(invs)  # type: ignore[arg-type]
-        if stack.shape[0] == 1:
-            out.append(stack[0])
+        if len(invs) == 1:
+            out.append(invs[0])  # type: ignore[arg-type]
         elif d <= DENSE_APPLY_MAX:
-            out.append(torch.block_diag(*stack.unbind(0))[:d, :d].contiguous())
+            out.append(torch.block_diag(*invs)[:d, :d].contiguous())  # type: ignore[misc]
         else:
-            out.append(stack.contiguous())
+            out.append(torch.stack(invs).contiguous())  # type: ignore[arg-type]
     return out
 
 

@@ -40,6 +40,8 @@ algorithm):
 Two K-FAC choices, off by default (MindSpore's rules) and measured in docs/benchmarks.md (THOR
 section, issue #20): ``pi_damping=True`` splits √λ between A and G by K-FAC's π, and
 ``bias_in_a=True`` preconditions each bias with its weight (a ones column in A).
+:data:`RECOMMENDED_RECIPE` turns both on (with frequency 10 and the trace rule (0.1, 0)); use
+it with a constant damping.
 
 Under ``torch.distributed`` the new statistics are all-reduced (mean; one call per
 ``split_indices`` bucket) before they are used, so every rank holds identical factors,
@@ -93,15 +95,36 @@ from lit_amp.optim.thor._arguments import (
     check_split_indices,
     check_trace_thresholds,
 )
-from lit_amp.optim.thor._second_order import BIAS, LAYERNORM, plan_layers, refresh
+from lit_amp.optim.thor._second_order import LAYERNORM, plan_layers, refresh
 from lit_amp.optim.thor.factors import LayerFactors
 
-__all__ = ["THOR", "thor", "ParamInfo", "DEFAULT_FACTOR_DECAY", "DEFAULT_TRACE_THRESHOLDS"]
+__all__ = [
+    "THOR",
+    "thor",
+    "ParamInfo",
+    "DEFAULT_FACTOR_DECAY",
+    "DEFAULT_TRACE_THRESHOLDS",
+    "RECOMMENDED_RECIPE",
+]
 
 #: Default running-average coefficient of the factors (chosen by ``bench/thor.py``).
 DEFAULT_FACTOR_DECAY = 0.5
 #: Default (ω1, ω2) of the trace rule (chosen by ``bench/thor.py``).
 DEFAULT_TRACE_THRESHOLDS = (0.01, 0.0)
+
+#: The recommended recipe (issue #20; docs/benchmarks.md, THOR section): refresh every 10 steps,
+#: trace rule (0.1, 0), K-FAC's π-split damping and biases in A. Use it with a *constant*
+#: damping (a float, or ``get_thor_damping(..., decay_rate=1.0, ...)``). Measured against ASDL's
+#: K-FAC there (fewer epochs on the CNN; on the MLP as many or more, depending on the lr/damping
+#: picked). The defaults stay MindSpore's rules (``pi_damping=False``, ``bias_in_a=False``) so
+#: that ``thor(...)`` matches MindSpore's THOR.
+#: Example: ``thor(net, lr, 0.03, 0.9, weight_decay=0.02, **RECOMMENDED_RECIPE)``.
+RECOMMENDED_RECIPE: dict[str, Any] = {
+    "frequency": 10,
+    "trace_thresholds": (0.1, 0.0),
+    "pi_damping": True,
+    "bias_in_a": True,
+}
 
 _STATE_VERSION = 1
 
@@ -254,6 +277,9 @@ class THOR(Optimizer):
         self.inversions = 0
         self.inversion_flops = 0.0
         self._stats_active = False
+        self._plans: dict[tuple[int, ...], tuple[list[tuple[LayerFactors, int, int]], list[int]]]
+        self._plans = {}
+        self._decay_idx: dict[tuple[int, ...], list[int]] = {}
         self._sync_hooks(force=True)
 
     # ------------------------------------------------------------------ config
@@ -365,33 +391,53 @@ class THOR(Optimizer):
 
     def _precondition(self, params: list[Tensor], grads: list[Tensor], k: int) -> list[Tensor]:
         """Kronecker factors for supported layers, LayerNorm's diagonal Fisher; others as is."""
-        sqrt_damp: float | None = None
-        for i, p in enumerate(params):
-            h = self._handler.get(p)
-            if h is None:
+        layers, norms = self._plan(params)
+        for lf, i, j in layers:
+            if not lf.ready:
                 continue
-            if h is BIAS:
-                continue  # preconditioned with its weight below
-            if h is LAYERNORM:
-                if sqrt_damp is None:
-                    sqrt_damp = math.sqrt(self._damping.at(k))
+            if lf.bias is None:
+                grads[i] = lf.precondition(grads[i])
+            else:  # the bias rides in A's ones column (zero when it has no gradient)
+                grads[i], b = lf.precondition_with_bias(grads[i], grads[j] if j >= 0 else None)
+                if j >= 0:
+                    grads[j] = b
+        if norms:
+            sqrt_damp = math.sqrt(self._damping.at(k))
+            for i in norms:
                 g = grads[i]
                 grads[i] = g / (g * g / self.batch_size + sqrt_damp)
-            elif h.ready and h.bias is not None:
-                j = next((n for n, q in enumerate(params) if q is h.bias), None)
-                grads[i], b = h.precondition_with_bias(grads[i], None if j is None else grads[j])
-                if j is not None:
-                    grads[j] = b
-            elif h.ready:
-                grads[i] = h.precondition(grads[i])
         return grads
+
+    def _plan(self, params: list[Tensor]) -> tuple[list[tuple[LayerFactors, int, int]], list[int]]:
+        """Per parameter list (cached while it stays the same): ``(layer, weight position,
+        bias position or -1)`` of the preconditioned layers and the LayerNorm positions."""
+        key = tuple(map(id, params))
+        cached = self._plans.get(key)
+        if cached is not None:
+            return cached
+        pos = {id(p): i for i, p in enumerate(params)}
+        layers: list[tuple[LayerFactors, int, int]] = []
+        norms: list[int] = []
+        for i, p in enumerate(params):
+            h = self._handler.get(p)
+            if h is LAYERNORM:
+                norms.append(i)
+            elif isinstance(h, LayerFactors):
+                j = pos.get(id(h.bias), -1) if h.bias is not None else -1
+                layers.append((h, i, j))
+        if len(self._plans) > 8:
+            self._plans.clear()
+        self._plans[key] = (layers, norms)
+        return layers, norms
 
     def _update(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]) -> None:
         """Weight decay, clipping, momentum (Nesterov) and the parameter update."""
         wd = group["weight_decay"]
         if wd:
-            idx = [i for i, p in enumerate(params) if self._decay.get(p, True)]
-            if idx:
+            idx = self._decayed(params)
+            if len(idx) == len(params):
+                grads = list(torch._foreach_add(grads, params, alpha=wd))
+            elif idx:
                 dec = torch._foreach_add([grads[i] for i in idx], [params[i] for i in idx],
                                          alpha=wd)
                 for i, d in zip(idx, dec):
@@ -402,19 +448,37 @@ class THOR(Optimizer):
         m = group["momentum"]
         upd = grads
         if m != 0:
-            bufs = []
-            for p in params:
-                st = self.state[p]
-                buf = st.get("momentum_buffer")
-                if buf is None:
-                    buf = st["momentum_buffer"] = torch.zeros_like(
-                        p, memory_format=torch.preserve_format
-                    )
-                bufs.append(buf)
+            bufs = self._momentum_buffers(params)
             torch._foreach_mul_(bufs, m)
             torch._foreach_add_(bufs, grads)
             upd = torch._foreach_add(grads, bufs, alpha=m) if group["nesterov"] else bufs
         torch._foreach_add_(params, upd, alpha=-group["lr"])
+
+    def _decayed(self, params: list[Tensor]) -> list[int]:
+        """Positions of the parameters that take weight decay (cached per parameter list)."""
+        key = tuple(map(id, params))
+        hit = self._decay_idx.get(key)
+        if hit is None:
+            if len(self._decay_idx) > 8:
+                self._decay_idx.clear()
+            hit = self._decay_idx[key] = [
+                i for i, p in enumerate(params) if self._decay.get(p, True)
+            ]
+        return hit
+
+    def _momentum_buffers(self, params: list[Tensor]) -> list[Tensor]:
+        """Each parameter's momentum buffer (created as zeros on first use)."""
+        state = self.state
+        bufs = []
+        for p in params:
+            st = state[p]
+            buf = st.get("momentum_buffer")
+            if buf is None:
+                buf = st["momentum_buffer"] = torch.zeros_like(
+                    p, memory_format=torch.preserve_format
+                )
+            bufs.append(buf)
+        return bufs
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -459,7 +523,9 @@ class THOR(Optimizer):
     def __getstate__(self) -> dict[str, Any]:
         """All attributes (torch pickles only defaults, state, param_groups); the layers carry
         their modules, so pickle ``(net, opt)`` together to keep them linked."""
-        return dict(self.__dict__)
+        state = dict(self.__dict__)
+        state["_plans"], state["_decay_idx"] = {}, {}  # keyed by ids, which do not survive
+        return state
 
     def __repr__(self) -> str:
         return (
