@@ -129,18 +129,19 @@ def check_training_strategy(strategy: Any, network: nn.Module) -> None:
     """Refuse the sharded strategies LitModel cannot train under, with the way out.
 
     ``LitModel`` trains the MindSpore way (forward, backward and step inside ``training_step``,
-    manual optimization). Lightning's ``FSDPStrategy`` runs ``training_step`` inside the FSDP
-    module's forward, where torch's FSDP cannot take a backward pass (Lightning issues
-    #19626/#19685). ``ModelParallelStrategy`` reduces gradients only for parameters that were
-    parallelized (DTensors); a plain network would train on every rank alone and the replicas
-    would drift apart silently.
+    manual optimization). Lightning's ``FSDPStrategy`` (FSDP1) runs ``training_step`` inside
+    the FSDP module's forward, where torch's FSDP cannot take a backward pass (Lightning issues
+    #19626/#19685): use ``strategy="fsdp2"`` (FSDP2, :mod:`lit_amp.model.sharding`) instead.
+    ``ModelParallelStrategy`` reduces gradients only for parameters that were parallelized
+    (DTensors); ``LitModel.configure_model`` shards a plain network under it, so a network
+    still without DTensors here would train on every rank alone: refused.
     """
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
     way_out = (
-        "Train with 'ddp' (data parallel), or use your own LightningModule with "
-        "plugins=[AmpFSDPPrecision(level)] under FSDPStrategy; infer_train_layout and "
-        "infer_predict_layout work under both sharded strategies."
+        "Train with strategy='fsdp2' (FSDP2: lit_amp shards the network) or 'ddp', or use "
+        "your own LightningModule with plugins=[AmpFSDPPrecision(level)] under FSDPStrategy; "
+        "infer_train_layout and infer_predict_layout work under both sharded strategies."
     )
     if isinstance(strategy, FSDPStrategy):
         raise ValueError(

@@ -40,6 +40,13 @@ from lit_amp.model._lightning import (
     mean_over_ranks,
 )
 from lit_amp.model.data import NO_BATCH, as_batch_tuple
+from lit_amp.model.sharding import (
+    broadcast_buffers,
+    gathered,
+    is_fsdp2,
+    no_grad_sync,
+    prepare_sharded,
+)
 
 __all__ = ["LitModel", "AMP_LEVELS", "BOOST_LEVELS", "MODEL_KWARGS"]
 
@@ -265,15 +272,26 @@ class LitModel(L.LightningModule):
         apply_amp_config(self.network, self.amp_config)
         if self.amp_config.loss_scale_manager is not None:
             self.loss_scale = LossScaleController(self.amp_config.loss_scale_manager)
+            pending = self.__dict__.pop("_pending_loss_scale", None)
+            if pending is not None:  # loaded (load_checkpoint_state) before the level applied
+                self.loss_scale.load_state_dict(pending)
 
     def configure_model(self) -> None:
-        """Lightning hook: apply the AMP level before the strategy wraps the module."""
+        """Lightning hook: apply the AMP level before the strategy wraps the module.
+
+        Under a ``ModelParallelStrategy`` (``strategy="fsdp2"``) the network is then sharded
+        with FSDP2 (once; see :mod:`lit_amp.model.sharding`) and the optimizer re-pointed at
+        the sharded parameters, after the AMP hooks, so that they see gathered parameters.
+        """
         if self._trainer is None:
             self.apply_amp(None)
             return
         strategy = self.trainer.strategy
         sharded = any(k in type(strategy).__name__.lower() for k in ("fsdp", "modelparallel"))
         self.apply_amp(strategy.root_device, cache_casts=not sharded)
+        if is_fsdp2(strategy):
+            fitting = str(getattr(self.trainer.state.fn, "value", "")) == "fit"
+            prepare_sharded(self, strategy, fitting=fitting)
 
     # ------------------------------------------------------------------ optimizers
     def configure_optimizers(self) -> Any:
@@ -388,6 +406,7 @@ class LitModel(L.LightningModule):
         training and before an evaluation during fit makes every rank evaluate, save and end
         with the same model.
         """
+        broadcast_buffers(self.network)  # FSDP2: buffers are not sharded (no-op otherwise)
         ddp = self._ddp_module()
         if ddp is not None and ddp.broadcast_buffers:
             for buf in ddp.modules_buffers:
@@ -408,11 +427,14 @@ class LitModel(L.LightningModule):
         if self._ddp is not None and self._ddp.require_backward_grad_sync:
             self._ddp.require_forward_param_sync = True
 
-    def _backward(self, loss: torch.Tensor) -> None:
-        if self._fast:
-            loss.backward()
-        else:
-            self.manual_backward(loss)
+    def _backward(self, loss: torch.Tensor, sync: bool = True) -> None:
+        # sync=False: a micro-step before the last of an accumulation window; under DDP/FSDP2
+        # the gradients accumulate locally and the last backward reduces their sum once
+        with no_grad_sync(self._ddp, self.network, skip=not sync):
+            if self._fast:
+                loss.backward()
+            else:
+                self.manual_backward(loss)
 
     def _optimizer_step(self, lopt: Any) -> None:
         if self._fast:
@@ -444,12 +466,12 @@ class LitModel(L.LightningModule):
         scaled = loss / n if n > 1 else loss
         ctl = self.loss_scale
         if ctl is None or not ctl.enabled:
-            self._backward(scaled)
+            self._backward(scaled, sync=last)
             if last:
                 self._clip(raw)
                 self._optimizer_step(lopt)
             return {"loss": loss.detach()}
-        self._backward(ctl.scale_loss(scaled))
+        self._backward(ctl.scale_loss(scaled), sync=last)
         if not last:
             return {
                 "loss": loss.detach(),
@@ -511,10 +533,30 @@ class LitModel(L.LightningModule):
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
         self._broadcast_buffers()
+        self._gather_for_eval()
         self.begin_eval()
 
     def on_test_epoch_start(self) -> None:
+        self._gather_for_eval()
         self.begin_eval()
+
+    def on_predict_epoch_start(self) -> None:
+        self._gather_for_eval()
+
+    def on_predict_epoch_end(self) -> None:
+        self._release_eval_gather()
+
+    def _gather_for_eval(self) -> None:
+        """FSDP2: parameters gathered for the whole pass (ranks may see unequal batches)."""
+        self._release_eval_gather()
+        ctx = gathered(self.network)
+        ctx.__enter__()
+        self.__dict__["_eval_gather"] = ctx
+
+    def _release_eval_gather(self) -> None:
+        ctx = self.__dict__.pop("_eval_gather", None)
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
 
     def begin_eval(self) -> None:
         """Start an evaluation pass: reset the metrics and the running eval loss.
@@ -593,9 +635,11 @@ class LitModel(L.LightningModule):
 
 
     def on_validation_epoch_end(self) -> None:
+        self._release_eval_gather()
         self.end_eval("val/")
 
     def on_test_epoch_end(self) -> None:
+        self._release_eval_gather()
         self.end_eval("test/")
 
     # ------------------------------------------------------------------ predict
@@ -619,27 +663,118 @@ class LitModel(L.LightningModule):
 
     # ------------------------------------------------------------------ state
     def checkpoint_state(self) -> dict:
-        """Backbone, optimizer and loss-scale state (MindSpore checkpoints hold all three)."""
-        state: dict[str, Any] = {"network": self.network.state_dict()}
-        if self._optimizer is not None:
-            state["optimizer"] = self._optimizer.state_dict()
-        if self.loss_scale is not None:
-            state["loss_scale"] = self.loss_scale.state_dict()
+        """This module's checkpoint: Lightning's checkpoint dict (issue #19, one format).
+
+        While a Trainer fits this module, it is what ``Trainer.save_checkpoint`` writes (the
+        Trainer's ``dump_checkpoint``: ``state_dict``, ``optimizer_states``, ``loops``,
+        ``callbacks``, ``epoch``, ``global_step``, the loss scale under
+        ``"lit_amp_loss_scale"``, ...); otherwise the same dict without the Trainer's parts.
+        The boost state is added under ``"lit_amp_boost"``. Parameters sharded by FSDP2
+        (DTensors) are gathered into full state dicts on the CPU -- a collective: under
+        DDP/FSDP call it on every rank.
+
+        Returns:
+            The checkpoint dict (:func:`lit_amp.save_checkpoint` adds ``append_info``).
+
+        Example:
+            >>> net = nn.Linear(2, 1)
+            >>> lit = LitModel(net, nn.MSELoss(), torch.optim.SGD(net.parameters(), 0.1))
+            >>> state = lit.checkpoint_state()
+            >>> sorted(state["state_dict"])[:2], len(state["optimizer_states"])
+            (['_train_network.network.backbone.bias', '_train_network.network.backbone.weight'], 1)
+        """
+        from lit_amp._io import BOOST_KEY, PREFIX_KEY
+
+        trainer = self._trainer
+        if trainer is not None and _fitting(trainer):
+            # a dump (not a load): the full training state, as Trainer.save_checkpoint writes
+            state = trainer._checkpoint_connector.dump_checkpoint(False)
+        else:
+            state = {"epoch": 0, "global_step": 0,
+                     "pytorch-lightning_version": L.__version__}
+            state["state_dict"], optimizer = self._full_states()
+            if optimizer is not None:
+                state["optimizer_states"], state["lr_schedulers"] = [optimizer], []
+            self.on_save_checkpoint(state)
+        state[PREFIX_KEY] = "network."
         if self.boost is not None:
-            state["boost"] = self.boost.state_dict()
+            state[BOOST_KEY] = self.boost.state_dict()
         return state
 
+    def _full_states(self) -> tuple[dict, dict | None]:
+        """The module's and the optimizer's state dicts; full (gathered) ones under FSDP2."""
+        if not _sharded(self):
+            opt = self._optimizer.state_dict() if self._optimizer is not None else None
+            return self.state_dict(), opt
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        sd = get_model_state_dict(self, options=options)
+        opt = None
+        if self._optimizer is not None:
+            opt = get_optimizer_state_dict(self, self._optimizer, options=options)
+        return sd, opt
+
     def load_checkpoint_state(self, state: dict) -> None:
-        """Inverse of :meth:`checkpoint_state`."""
-        self.network.load_state_dict(state["network"])
-        if self._optimizer is not None and state.get("optimizer") is not None:
-            self._optimizer.load_state_dict(state["optimizer"])
-        if self.loss_scale is not None and state.get("loss_scale") is not None:
-            self.loss_scale.load_state_dict(state["loss_scale"])
-        if self.boost is not None and state.get("boost"):
-            self.boost.load_state_dict(state["boost"])
+        """Inverse of :meth:`checkpoint_state`; takes every kind of checkpoint dict.
+
+        Lightning's (``state_dict`` with this module's names, ``optimizer_states``, the loss
+        scale under ``"lit_amp_loss_scale"``) or lit_amp's older ``{"network", "optimizer",
+        "loss_scale", "boost"}``. The weights load strictly (every parameter, nothing else).
+        Under FSDP2 the full state dicts are scattered back into the shards (every rank calls
+        it with the same dict).
+
+        Args:
+            state: the checkpoint dict (as :func:`lit_amp.load_checkpoint` returns it).
+
+        Raises:
+            RuntimeError: keys are missing or unexpected, or a shape differs.
+            ValueError: the dict holds none of the network's parameters.
+        """
+        from lit_amp._io import BOOST_KEY, LOSS_SCALE_KEY, network_state
+
+        if isinstance(state.get("state_dict"), dict):
+            weights = network_state(state["state_dict"], self.network)
+            opts = state.get("optimizer_states") or [None]
+            optimizer, scale = opts[0], state.get(LOSS_SCALE_KEY)
+            boost = state.get(BOOST_KEY)
+        else:
+            weights, optimizer = state["network"], state.get("optimizer")
+            scale, boost = state.get("loss_scale", state.get(LOSS_SCALE_KEY)), state.get("boost")
+        self._set_full_states(weights, optimizer)
+        if self.loss_scale is not None and scale is not None:
+            self.loss_scale.load_state_dict(scale)
+        elif scale is not None and not self._amp_applied:
+            self._pending_loss_scale = scale  # the controller exists once the level is applied
+        if self.boost is not None and boost:
+            self.boost.load_state_dict(boost)
+
+    def _set_full_states(self, weights: dict, optimizer: dict | None) -> None:
+        """Load the backbone's weights (strict) and the optimizer state; FSDP2-aware."""
+        if not _sharded(self):
+            self.network.load_state_dict(weights, strict=True)
+            if self._optimizer is not None and optimizer is not None:
+                self._optimizer.load_state_dict(optimizer)
+            return
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, strict=True)
+        # (torch replaces the dicts' tensors by shards in place: give it copies of the dicts)
+        set_model_state_dict(self.network, _containers_copy(weights), options=options)
+        if self._optimizer is not None and optimizer is not None:
+            set_optimizer_state_dict(self, self._optimizer, _containers_copy(optimizer),
+                                     options=options)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Lightning hook: add the loss-scale state under ``"lit_amp_loss_scale"``."""
         if self.loss_scale is not None:
             checkpoint[self.loss_scale.STATE_KEY] = self.loss_scale.state_dict()
 
@@ -654,7 +789,8 @@ class LitModel(L.LightningModule):
         ``LitModel(**kwargs)`` and loads the weights strictly.
 
         Args:
-            checkpoint_path: the ``.ckpt`` file (Lightning's).
+            checkpoint_path: the ``.ckpt`` file: Lightning's or lit_amp's (``ModelCheckpoint``,
+                ``BackupAndRestore``, :func:`lit_amp.save_checkpoint` of a LitModel -- one format).
             map_location: as Lightning's.
             hparams_file: as Lightning's.
             strict: as Lightning's (default: strict).
@@ -709,8 +845,38 @@ class LitModel(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if isinstance(checkpoint.get("state_dict"), dict):
             checkpoint["state_dict"] = self._aliased_state(checkpoint["state_dict"])
-        if self.loss_scale is not None and self.loss_scale.STATE_KEY in checkpoint:
-            self.loss_scale.load_state_dict(checkpoint[self.loss_scale.STATE_KEY])
+        from lit_amp._io import LOSS_SCALE_KEY
+
+        scale = checkpoint.get(LOSS_SCALE_KEY)
+        if self.loss_scale is not None and scale is not None:
+            self.loss_scale.load_state_dict(scale)
+        elif scale is not None and not self._amp_applied:
+            self._pending_loss_scale = scale  # the controller exists once the level is applied
+
+
+def _fitting(trainer: Any) -> bool:
+    """Whether ``trainer`` is inside ``fit`` (its ``dump_checkpoint`` describes a live run)."""
+    state = trainer.state
+    return (str(getattr(state.fn, "value", state.fn)) == "fit"
+            and str(getattr(state.status, "value", state.status)) == "running")
+
+
+def _containers_copy(obj: Any) -> Any:
+    """``obj`` with its dicts and lists copied (the tensors in them shared)."""
+    if isinstance(obj, dict):
+        return {k: _containers_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_containers_copy(v) for v in obj]
+    return obj
+
+
+def _sharded(module: nn.Module) -> bool:
+    """Whether any parameter of ``module`` is a DTensor (sharded by FSDP2)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without distributed
+        return False
+    return any(isinstance(p, DTensor) for p in module.parameters())
 
 
 # Lightning inspects ``training_step``'s signature on every batch (is ``batch_idx`` taken?);

@@ -31,12 +31,11 @@ from lit_amp.model._lightning import (
 from lit_amp.model.data import check_dataset, rank_data
 from lit_amp.model.layout import infer_layouts
 from lit_amp.model.lit_model import LitModel
+from lit_amp.model.sharding import is_sharded_strategy
 
 __all__ = ["Model", "quiet_lightning", "split_callbacks"]
 
 log = logging.getLogger(__name__)
-
-# the pre-1.0 private names, kept while the other facades move to the public ones
 
 
 class Model:
@@ -50,8 +49,9 @@ class Model:
         eval_network, eval_indexes: a custom eval network and ``[loss, pred, label]`` indexes.
         amp_level: "O0" | "O1" | "O2" | "O3" | "auto".
         boost_level: "O0" | "O1" | "O2".
-        trainer: Lightning ``Trainer`` arguments (accelerator, devices, strategy, num_nodes,
-            logger, default_root_dir, ...) — lit_amp's one addition to MindSpore's signature.
+        trainer: Lightning ``Trainer`` arguments (accelerator, devices, strategy: ``"ddp"``,
+            ``"fsdp2"`` (sharded, :mod:`lit_amp.model.sharding`), ..., num_nodes, logger,
+            default_root_dir, ...) — lit_amp's one addition to MindSpore's signature.
         **kwargs: exactly MindSpore's ``loss_scale_manager``, ``keep_batchnorm_fp32``,
             ``boost_config_dict``.
 
@@ -253,7 +253,7 @@ class Model:
         valid_frequency: int | list[int] = 1,
     ) -> None:
         lit = self._lit
-        lit.apply_amp(self._device_hint())
+        self._apply_amp()
         fit_data = train_dataset
         for cb in cbl:
             if type(cb).__name__ == "BackupAndRestore":
@@ -303,9 +303,8 @@ class Model:
             initial_epoch=initial_epoch,
             batch_num=batch_num,
             mode="train",
-            parallel_mode="data_parallel"
-            if self._trainer_kwargs.get("strategy")
-            else "stand_alone",
+            parallel_mode=("data_parallel" if self._trainer_kwargs.get("strategy")
+                           else "stand_alone"),
             device_number=1,
             rank=0,
             train_dataset=train_dataset,
@@ -339,6 +338,10 @@ class Model:
         return rank_data(dataset, self._lit, train=train, sink_size=sink_size,
                          pin_memory=self._pin())
 
+    def _apply_amp(self) -> None:  # no cast cache when FSDP re-gathers into the same storage
+        sharded = is_sharded_strategy(self._trainer_kwargs.get("strategy"))
+        self._lit.apply_amp(self._device_hint(), cache_casts=not sharded)
+
     def _device_hint(self) -> torch.device:
         acc = self._trainer_kwargs.get("accelerator", "auto")
         if torch.cuda.is_available() and acc in ("auto", "gpu", "cuda"):
@@ -364,7 +367,7 @@ class Model:
         cbl, pl_cbs = split_callbacks(callbacks)
         cbl.check_legacy_methods(raise_error=False)
         lit = self._lit
-        lit.apply_amp(self._device_hint())
+        self._apply_amp()
         cb_params = InternalCallbackParam(
             network=self._network,
             eval_network=lit.eval_network,
@@ -394,9 +397,8 @@ class Model:
         Returns:
             The network's raw output.
         """
-        lit = self._lit
         device = self._device_hint()
-        lit.apply_amp(device)
+        self._apply_amp()
         net = self._network
         p = next(net.parameters(), None)
         dev = p.device if p is not None else device
@@ -430,7 +432,7 @@ class Model:
         check_int("Model.build", "epoch", epoch, minimum=1)
         if valid_dataset is not None and not self._lit.metric_fns:
             raise RuntimeError("Model.build: 'valid_dataset' needs the Model to have 'metrics'.")
-        self._lit.apply_amp(self._device_hint())
+        self._apply_amp()
         for ds, name in ((train_dataset, "train_dataset"), (valid_dataset, "valid_dataset")):
             if ds is None:
                 continue

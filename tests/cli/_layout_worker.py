@@ -6,8 +6,8 @@ A script, because Lightning's launcher re-runs it for rank 1 (the FSDP2 layout t
 Modes:
     mp OUT        - ``Model(trainer={"strategy": ModelParallelStrategy(...)})`` on 2 CPU
                     processes (Lightning's launcher re-runs this script for rank 1).
-    mp_train OUT  - ``Model.train`` under that strategy with a plain network (must be refused:
-                    nothing would reduce the gradients).
+    mp_train OUT  - ``Model.train`` under that strategy with a plain network: lit_amp shards it
+                    with FSDP2 (issue #17), so the ranks train one model.
 """
 
 from __future__ import annotations
@@ -61,11 +61,12 @@ def _mp(out: str) -> None:
 
 
 def _mp_train(out: str) -> None:
-    """Model.train under ModelParallelStrategy with a plain (unparallelized) network: refused."""
+    """Model.train under ModelParallelStrategy with a plain network: sharded, trained as one."""
     model = _mp_model()
     try:
         model.train(1, _data(), dataset_sink_mode=False)
-        res = {"error": None}
+        full = [p.full_tensor().flatten().tolist() for p in model.train_network.parameters()]
+        res = {"error": None, "weights": full, "type": type(model.predict_network).__name__}
     except ValueError as err:
         res = {"error": str(err)}
     _write(out, "train_rank", res)

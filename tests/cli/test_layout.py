@@ -76,21 +76,22 @@ def test_layout_of_fsdp2_dtensor_parameters_on_cpu():
 
 @pytest.mark.slow
 def test_layout_under_model_parallel_strategy_on_cpu(tmp_path):
-    # Lightning's launcher re-runs the worker for rank 1; the LitModel applies no tensor-parallel
-    # plan, so every parameter is reported as replicated over the 2 x 1 mesh
+    # Lightning's launcher re-runs the worker for rank 1; LitModel shards the plain network with
+    # FSDP2 over the data-parallel dimension (issue #17), so dim 0 is split over the 2 ranks
     _run_worker("mp", str(tmp_path))
     for r in (0, 1):
         lay = json.loads((tmp_path / f"rank{r}.json").read_text())["train"]
-        assert lay["0.weight"]["placements"] == ["Replicate()"]
-        assert lay["0.weight"]["local_shape"] == [16, 8] and lay["0.weight"]["rank"] == r
+        assert lay["0.weight"]["placements"] == ["Shard(dim=0)"]
+        assert lay["0.weight"]["local_shape"] == [8, 8] and lay["0.weight"]["rank"] == r
 
 
 @pytest.mark.slow
-def test_training_under_model_parallel_without_sharding_is_refused(tmp_path):
-    # without a parallelized (DTensor) network nothing reduces the gradients: each rank would
-    # train alone (measured: the two copies drifted apart) - refused on every rank instead
+def test_training_under_model_parallel_shards_a_plain_network(tmp_path):
+    # a plain network used to train on each rank alone (the copies drifted apart); LitModel now
+    # shards it with FSDP2 (issue #17): both ranks end with the same gathered weights
     _run_worker("mp_train", str(tmp_path))
-    for r in (0, 1):
-        err = json.loads((tmp_path / f"train_rank{r}.json").read_text())["error"]
-        assert err and "ModelParallelStrategy" in err and "no parameter" in err and "ddp" in err
+    res = [json.loads((tmp_path / f"train_rank{r}.json").read_text()) for r in (0, 1)]
+    for r in res:
+        assert r["error"] is None and r["type"] == "FSDPSequential"
+    assert res[0]["weights"] == res[1]["weights"]
 

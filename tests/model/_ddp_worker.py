@@ -8,6 +8,8 @@ Modes:
                   trains on), cb_params step counts and checkpoint names (non-sink), BatchNorm
                   buffers after training, eval on 7 samples (every sample counted once).
     layout OUT  - infer_train_layout with a Strategy object, then the Model is used again.
+    accum OUT   - Trainer(accumulate_grad_batches=4): DDP all-reduces (counted by a comm hook)
+                  and the weights under 'ddp' and 'fsdp2'.
 """
 
 from __future__ import annotations
@@ -208,6 +210,40 @@ def _layout(out: str) -> None:
     _write(out, "layout", res)
 
 
+def _accum(out: str) -> None:
+    """Item 9: accumulation reduces once per optimizer step (not per micro-step)."""
+    import lightning as L
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    from lit_amp import Model
+
+    calls = []
+
+    class Count(L.Callback):
+        def on_train_start(self, trainer, pl_module):
+            def hook(state, bucket):
+                calls.append(1)
+                return allreduce_hook(state, bucket)
+
+            trainer.strategy.model.register_comm_hook(None, hook)
+
+    g = torch.Generator().manual_seed(5)
+    batches = [(torch.randn(4, 4, generator=g), torch.randint(0, 2, (4,), generator=g))
+               for _ in range(16)]
+    res: dict = {}
+    for strategy in ("ddp", "fsdp2"):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        model = Model(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1),
+                      trainer={"accelerator": "cpu", "devices": 2, "strategy": strategy,
+                               "accumulate_grad_batches": 4})
+        model.train(1, batches, callbacks=[Count()] if strategy == "ddp" else None)
+        res[strategy] = [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
+                         .flatten().tolist() for p in net.parameters()]
+    res["allreduce_calls"] = len(calls)
+    _write(out, "accum", res)
+
+
 if __name__ == "__main__":
     mode, out_dir = sys.argv[1], sys.argv[2]
-    {"train": _train, "layout": _layout}[mode](out_dir)
+    {"train": _train, "layout": _layout, "accum": _accum}[mode](out_dir)

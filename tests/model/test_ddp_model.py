@@ -155,3 +155,34 @@ def test_sink_batches_are_drawn_one_step_at_a_time():
           trainer={"accelerator": "cpu"}).train(2, Counting(), dataset_sink_mode=True,
                                                  sink_size=50)
     assert len(in_flight) == 100 and max(in_flight) == 1
+
+
+def _reference_accumulation() -> list[list[float]]:
+    """One process: SGD on the mean loss of the 8 batches (4 per rank) of each window."""
+    from torch import nn
+
+    g = torch.Generator().manual_seed(5)
+    batches = [(torch.randn(4, 4, generator=g), torch.randint(0, 2, (4,), generator=g))
+               for _ in range(16)]
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(net.parameters(), 0.1)
+    for w in range(2):
+        opt.zero_grad()
+        for x, y in batches[8 * w:8 * w + 8]:
+            (nn.functional.cross_entropy(net(x), y) / 8).backward()
+        opt.step()
+    return [p.detach().flatten().tolist() for p in net.parameters()]
+
+
+def test_gradient_accumulation_reduces_once_per_optimizer_step(tmp_path):
+    # Trainer(accumulate_grad_batches=4), 8 micro-steps per rank: the micro-steps before the
+    # last of each window keep their gradients local (DDP no_sync / FSDP2
+    # set_requires_gradient_sync(False)); 2 all-reduces instead of 8, same weights
+    r0, r1 = _run("accum", tmp_path)
+    ref = _reference_accumulation()
+    for res in (r0, r1):
+        assert res["allreduce_calls"] == 2
+        for strategy in ("ddp", "fsdp2"):
+            for got, want in zip(res[strategy], ref):
+                assert got == pytest.approx(want, abs=1e-6), strategy

@@ -34,7 +34,8 @@ Semantics:
   scale`` (the documented MindSpore pairing) the gradients are left untouched. Such gradients
   are then still ``X``-scaled while clipping runs — clip inside that optimizer.
 - DDP reduces gradients during ``backward``, so they are unscaled after the all-reduce rather
-  than before as in MindSpore; the reduction is linear, so the result is the same. The
+  than before as in MindSpore; the reduction is linear, so the result is the same. FSDP2's
+  ``DTensor`` gradients are unscaled and checked shard by shard (each rank its own). The
   overflow flag is all-reduced (MAX) whenever ``torch.distributed`` is initialized, so a step
   that overflows on one rank is skipped on every rank.
 - Guard: ``max_consecutive_overflows`` consecutive overflowing steps raise RuntimeError naming
@@ -105,6 +106,20 @@ def _declared_loss_scale(optimizer: Any, group: dict) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return 1.0
+
+
+def _local(grad: Tensor) -> Tensor:
+    """A ``DTensor`` gradient's local shard (the same storage); other tensors as they are.
+
+    FSDP2 / tensor parallelism leave ``DTensor`` gradients; the fused unscale-and-check kernel
+    runs on each rank's shard, and :meth:`LossScaleController.found_overflow` all-reduces the
+    flag, so an inf in one rank's shard skips the step on every rank.
+    """
+    to_local = getattr(grad, "to_local", None)
+    if to_local is None:
+        return grad
+    with torch.no_grad():
+        return to_local()
 
 
 def _dist_initialized() -> bool:
@@ -234,6 +249,7 @@ class LossScaleController:
         groups: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
         flags: list[Tensor] = []
         for g in grads:
+            g = _local(g)
             if g.is_sparse:
                 if g.dtype == torch.float16:
                     g = g.coalesce()

@@ -113,6 +113,15 @@ def _module_device(module: nn.Module) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def _fully_sharded(module: nn.Module) -> bool:
+    """Whether FSDP2's ``fully_shard`` was applied to ``module`` or one of its submodules."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return False
+    return any(isinstance(m, FSDPModule) for m in module.modules())
+
+
 def _top_level_roots(module: nn.Module) -> list[nn.Module]:
     roots: list[nn.Module] = []
 
@@ -296,6 +305,16 @@ class _AmpPrecisionMixin:
             log.info("%s: the module is already converted by lit_amp; left as is.",
                      type(self).__name__)
             return module
+        if cfg.level != "O0" and _fully_sharded(module):
+            raise ValueError(
+                f"For '{type(self).__name__}', the argument 'module' must be converted before "
+                f"fully_shard (FSDP2), but configure_model already sharded it: level "
+                f"{cfg.level!r} converted afterwards would cast parameters FSDP has resharded, "
+                "and the model would silently stop learning. In configure_model call "
+                f"lit_amp.auto_mixed_precision(module, {cfg.level!r}, cache_casts=False) "
+                "before fully_shard (this plugin then keeps the conversion and does the loss "
+                "scaling), or train a LitModel / Model with strategy='fsdp2'."
+            )
         apply_amp_config(module, cfg, output_roots=_top_level_roots(module))
         return module
 

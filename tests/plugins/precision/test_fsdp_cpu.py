@@ -68,3 +68,4 @@ def test_litmodel_under_fsdp_strategy_is_refused_with_the_way_out(tmp_path):
     assert proc.returncode != 0
     assert "ValueError: For 'Model'/'LitModel', the argument 'strategy'" in proc.stderr
     assert "AmpFSDPPrecision" in proc.stderr and "HandleTrainingState" not in proc.stderr
+    assert "strategy='fsdp2'" in proc.stderr  # the sharded strategy LitModel trains under
