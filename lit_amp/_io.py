@@ -8,19 +8,36 @@ cut the target holds either the old or the new content, never a torn one. A fail
 (full disk, I/O error) leaves the old file in place and raises an ``OSError`` naming the file
 and the free space; :func:`remove_stale_temps` deletes temp files a killed process left.
 
-A checkpoint is a torch-saved dict::
+One checkpoint format (issue #19): every lit_amp checkpoint is a Lightning checkpoint, a
+torch-saved dict as ``Trainer.save_checkpoint`` writes it::
 
-    {"network": <state_dict>, "optimizer": <state_dict or absent>,
-     "loss_scale": <state or absent>, "append_info": {...}, "format": "lit_amp/1"}
+    {"state_dict": <the LightningModule's names: network.* for a LitModel>,
+     "optimizer_states": [...], "lr_schedulers": [...], "epoch", "global_step", "loops",
+     "callbacks", "pytorch-lightning_version", "hyper_parameters" (when saved),
+     # lit_amp's additions:
+     "lit_amp_loss_scale": <loss-scale state>, "lit_amp_boost": <AutoBoost state>,
+     "append_info": {...}, "lit_amp_network_prefix": "network.", "lit_amp_format": "lit_amp/2"}
 
-Objects that know more than their ``state_dict`` (the train-step module holds the network,
-the optimizer and the loss-scale state) implement ``checkpoint_state()`` and
-``load_checkpoint_state(state)``; plain modules are saved as ``{"network": state_dict}``.
+Objects that know more than their ``state_dict`` implement ``checkpoint_state()`` (a
+``LitModel`` returns the dict above, built by its Trainer while one runs) and
+``load_checkpoint_state(state)``; a plain module is saved as ``{"state_dict": <its own names>,
+"lit_amp_network_prefix": ""}`` plus the two lit_amp keys. ``checkpoint_state()`` dicts of
+the older ``{"network", "optimizer", "loss_scale", "boost"}`` shape are converted.
+
+:func:`load_checkpoint` reads these files, Lightning's own, and lit_amp's older
+``"lit_amp/1"`` files (``{"network", "optimizer", "loss_scale", "append_info", "format"}``),
+and returns the file's dict with four derived views added (:func:`checkpoint_views`):
+``"network"`` (the network's weights under its own names), ``"optimizer"`` (the first
+optimizer's state or None), ``"loss_scale"`` (or None) and ``"append_info"`` (``{}`` if none).
+
+Size: the atomic writer and the checkpoint format (writer, reader, views, loading into a
+network) are one file format's code; splitting them would spread its rules over modules.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import tempfile
@@ -30,10 +47,16 @@ from typing import IO, Any
 import torch
 
 __all__ = [
+    "BOOST_KEY",
     "CHECKPOINT_FORMAT",
+    "FORMAT_KEY",
+    "LEGACY_FORMAT",
+    "LOSS_SCALE_KEY",
+    "PREFIX_KEY",
     "TMP_PREFIX",
     "atomic_write",
     "checkpoint_payload",
+    "checkpoint_views",
     "load_checkpoint",
     "load_param_into_net",
     "network_state",
@@ -42,10 +65,23 @@ __all__ = [
     "write_checkpoint",
 ]
 
-CHECKPOINT_FORMAT = "lit_amp/1"
+#: the version of lit_amp's checkpoint files (Lightning's dict plus lit_amp's keys)
+CHECKPOINT_FORMAT = "lit_amp/2"
+#: the version of the files of earlier releases (still read)
+LEGACY_FORMAT = "lit_amp/1"
+#: the key of :data:`CHECKPOINT_FORMAT` in a file
+FORMAT_KEY = "lit_amp_format"
+#: where the network's names start in ``state_dict`` (``"network."`` for a LitModel)
+PREFIX_KEY = "lit_amp_network_prefix"
+#: the loss-scale state (``LossScaleController.STATE_KEY``)
+LOSS_SCALE_KEY = "lit_amp_loss_scale"
+#: the ``AutoBoost`` state
+BOOST_KEY = "lit_amp_boost"
 
 #: prefix of every temp file lit_amp writes; :func:`remove_stale_temps` removes only these
 TMP_PREFIX = ".tmp-lit_amp-"
+
+log = logging.getLogger(__name__)
 
 _NO_SPACE_HINTS = ("unexpected pos", "No space left", "file write failed")
 
@@ -161,13 +197,30 @@ def remove_stale_temps(directory: str | os.PathLike) -> list[str]:
     return removed
 
 
+def _lightning_shaped(state: dict) -> dict:
+    """A ``checkpoint_state()`` dict in Lightning's shape (older ``network`` dicts converted)."""
+    if "state_dict" in state or "network" not in state:
+        return state
+    out: dict[str, Any] = {"state_dict": state["network"], PREFIX_KEY: ""}
+    renamed = {"optimizer": None, "loss_scale": LOSS_SCALE_KEY, "boost": BOOST_KEY,
+               "network": None, "format": None}
+    if state.get("optimizer") is not None:
+        out["optimizer_states"] = [state["optimizer"]]
+    for key, value in state.items():
+        if key not in renamed:
+            out[key] = value
+        elif renamed[key] is not None and value is not None:
+            out[renamed[key]] = value
+    return out
+
+
 def _state_of(save_obj: Any) -> dict:
     if hasattr(save_obj, "checkpoint_state"):
-        return dict(save_obj.checkpoint_state())
+        return _lightning_shaped(dict(save_obj.checkpoint_state()))
     if isinstance(save_obj, torch.nn.Module):
-        return {"network": save_obj.state_dict()}
+        return {"state_dict": save_obj.state_dict(), PREFIX_KEY: ""}
     if isinstance(save_obj, dict):
-        return {"network": dict(save_obj)}
+        return {"state_dict": dict(save_obj), PREFIX_KEY: ""}
     raise TypeError(
         "save_checkpoint: 'save_obj' must be a torch.nn.Module, a dict of tensors or an object "
         f"with checkpoint_state(), but got {type(save_obj).__name__}."
@@ -188,8 +241,8 @@ def save_checkpoint(save_obj: Any, ckpt_file_name: str, append_dict: dict | None
     Example:
         >>> import tempfile, os
         >>> p = save_checkpoint(torch.nn.Linear(2, 2), os.path.join(tempfile.mkdtemp(), "a"))
-        >>> sorted(load_checkpoint(p))[:1]
-        ['append_info']
+        >>> sorted(load_checkpoint(p)["network"])
+        ['bias', 'weight']
     """
     if not isinstance(ckpt_file_name, (str, os.PathLike)):
         raise TypeError(
@@ -200,18 +253,33 @@ def save_checkpoint(save_obj: Any, ckpt_file_name: str, append_dict: dict | None
 
 
 def checkpoint_payload(save_obj: Any, append_dict: dict | None = None) -> dict:
-    """The dict :func:`save_checkpoint` writes for ``save_obj``.
+    """The dict :func:`save_checkpoint` writes for ``save_obj``: Lightning's checkpoint dict.
+
+    For a ``LitModel`` (or ``Model.train_network``) inside a running Trainer this is what the
+    Trainer's ``dump_checkpoint`` builds (optimizer, loops, callbacks, loss scale, ...); for a
+    plain module ``{"state_dict": ...}``. lit_amp adds ``"append_info"`` and
+    ``"lit_amp_format"`` (see the module docstring).
 
     Under DDP/FSDP call it on **every** rank (building the state may be a collective, e.g. the
     full state dict of a sharded network) and write it with :func:`write_checkpoint` on rank 0.
 
+    Args:
+        save_obj: a module, a dict name -> tensor, or an object with ``checkpoint_state()``.
+        append_dict: extra values stored under ``"append_info"``.
+
+    Returns:
+        The checkpoint dict.
+
+    Raises:
+        TypeError: ``save_obj`` is none of the above.
+
     Example:
         >>> sorted(checkpoint_payload(torch.nn.Linear(2, 2)))
-        ['append_info', 'format', 'network']
+        ['append_info', 'lit_amp_format', 'lit_amp_network_prefix', 'state_dict']
     """
     state = _state_of(save_obj)
     state["append_info"] = dict(append_dict or {})
-    state["format"] = CHECKPOINT_FORMAT
+    state[FORMAT_KEY] = CHECKPOINT_FORMAT
     return state
 
 
@@ -237,20 +305,27 @@ def load_checkpoint(
     """Read a checkpoint written by :func:`save_checkpoint` (or by Lightning).
 
     Args:
-        ckpt_file_name: the file.
-        net: if given, the network (or an object with ``load_checkpoint_state``) is loaded.
-        strict_load: passed to ``load_state_dict(strict=...)`` for a plain module.
+        ckpt_file_name: the file: lit_amp's (this release's or the older ``"lit_amp/1"``)
+            or Lightning's (``Trainer.save_checkpoint`` / Lightning's ``ModelCheckpoint``).
+        net: if given, it is loaded: an object with ``load_checkpoint_state`` (a ``LitModel``,
+            ``Model.train_network``) gets the whole state (weights, optimizer, loss scale,
+            boost; strictly), a plain module its weights (:func:`load_param_into_net`).
+        strict_load: for a plain module, every parameter must be found and nothing else
+            (MindSpore's default False loads the matching ones and warns about the others).
         weights_only: unpickle tensors and plain containers only (safe for files from
             elsewhere); pass False only for a trusted file holding arbitrary objects.
 
     Returns:
-        The checkpoint dict.
+        The checkpoint dict with the derived views ``"network"``, ``"optimizer"``,
+        ``"loss_scale"`` and ``"append_info"`` (:func:`checkpoint_views`).
 
     Raises:
         TypeError: ``ckpt_file_name`` is not a str path.
         ValueError: the file does not exist or is not a checkpoint, or ``net`` is given and
             the file holds none of its parameters (under any prefix; see
             :func:`load_param_into_net`).
+        RuntimeError: ``net`` does not fit the file (missing or unexpected keys, other
+            shapes) where the load is strict; the message names the file.
     """
     if not isinstance(ckpt_file_name, (str, os.PathLike)):
         raise TypeError(
@@ -269,12 +344,57 @@ def load_checkpoint(
         ) from exc
     if not isinstance(state, dict):
         raise ValueError(f"load_checkpoint: {path!r} does not hold a checkpoint dict.")
-    if "network" not in state and "state_dict" in state:  # a Lightning checkpoint
-        state = dict(state)
-        state["network"] = state["state_dict"]
+    state = checkpoint_views(state)
     if net is not None:
         _load_into(net, state, strict_load, repr(path))
     return state
+
+
+def _is_checkpoint(state: dict) -> bool:
+    return isinstance(state.get("state_dict"), dict) or isinstance(state.get("network"), dict)
+
+
+def checkpoint_views(state: dict) -> dict:
+    """``state`` (a checkpoint dict of any kind) with the derived views lit_amp's readers use.
+
+    ``"network"``: the network's weights under its own names (a Lightning ``state_dict``
+    with the prefix ``lit_amp_network_prefix`` removed; without that key, ``network.`` --
+    a ``LitModel``'s -- when present, else the whole ``state_dict``); ``"optimizer"``: the
+    first of ``optimizer_states`` (None if none); ``"loss_scale"``: the loss-scale state (None
+    if none); ``"append_info"``: MindSpore's extra values (``{}`` if none). An older
+    ``"lit_amp/1"`` dict already has them. The views share the tensors (no copy). A bare
+    state dict (neither ``"state_dict"`` nor ``"network"``) is returned as it is.
+
+    Args:
+        state: what ``torch.load`` returned for a checkpoint file.
+
+    Returns:
+        A new dict: ``state``'s entries plus the views.
+
+    Example:
+        >>> sd = {"network.weight": torch.ones(1), "_train_network.x.weight": torch.ones(1)}
+        >>> v = checkpoint_views({"state_dict": sd, "optimizer_states": [{"state": {}}]})
+        >>> sorted(v["network"]), v["optimizer"], v["loss_scale"], v["append_info"]
+        (['weight'], {'state': {}}, None, {})
+    """
+    out = dict(state)
+    if not _is_checkpoint(state):
+        return out  # a bare state dict: its entries are the weights
+    if isinstance(state.get("state_dict"), dict) and "network" not in state:
+        sd = state["state_dict"]
+        prefix = state.get(PREFIX_KEY)
+        if not isinstance(prefix, str):
+            prefix = "network." if any(str(k).startswith("network.") for k in sd) else ""
+        out["network"] = {k[len(prefix):]: v for k, v in sd.items()
+                          if isinstance(k, str) and k.startswith(prefix)}
+        opts = state.get("optimizer_states") or []
+        out["optimizer"] = opts[0] if opts else None
+        out["loss_scale"] = state.get(LOSS_SCALE_KEY)
+    out.setdefault("optimizer", None)
+    out.setdefault("loss_scale", out.get(LOSS_SCALE_KEY))
+    if not isinstance(out.get("append_info"), dict):
+        out["append_info"] = {}
+    return out
 
 
 def network_state(weights: dict, network: torch.nn.Module, source: str = "the checkpoint") -> dict:
@@ -351,8 +471,20 @@ def _weights_of(parameter_dict: dict) -> dict:
 
 
 def _load_into(net: Any, parameter_dict: dict, strict_load: bool, source: str) -> list[str]:
-    if hasattr(net, "load_checkpoint_state") and "format" in parameter_dict:
-        net.load_checkpoint_state(parameter_dict)
+    if hasattr(net, "load_checkpoint_state") and isinstance(parameter_dict, dict) \
+            and _is_checkpoint(parameter_dict):
+        views = checkpoint_views(parameter_dict)
+        inner = getattr(net, "network", None)
+        lightning = isinstance(parameter_dict.get("state_dict"), dict)
+        if lightning and isinstance(inner, torch.nn.Module):
+            # a train cell (TrainOneStepCell): its own network's names, found by matching
+            views["network"] = network_state(parameter_dict["state_dict"], inner, source)
+        try:
+            net.load_checkpoint_state(views)
+        except (RuntimeError, KeyError) as exc:
+            raise RuntimeError(
+                f"load_checkpoint: {source} does not fit {type(net).__name__}: {exc}"
+            ) from exc
         return []
     if not isinstance(net, torch.nn.Module):
         raise TypeError(
@@ -364,12 +496,25 @@ def _load_into(net: Any, parameter_dict: dict, strict_load: bool, source: str) -
             f"{type(parameter_dict).__name__}."
         )
     sd = network_state(_weights_of(parameter_dict), net, source)
-    result = net.load_state_dict(sd, strict=strict_load)
+    try:
+        result = net.load_state_dict(sd, strict=strict_load)
+    except RuntimeError as exc:
+        raise RuntimeError(f"load_checkpoint: {source} does not fit "
+                           f"{type(net).__name__}: {exc}") from exc
+    if result.missing_keys:
+        log.warning("load_checkpoint: %d parameter(s) of %s are not in %s and keep their values "
+                    "(e.g. %s); pass strict_load=True to refuse such a load.",
+                    len(result.missing_keys), type(net).__name__, source,
+                    result.missing_keys[:3])
     return list(result.missing_keys)
 
 
 def load_param_into_net(net: Any, parameter_dict: dict, strict_load: bool = False) -> list[str]:
     """Load a checkpoint dict (or a plain state dict) into ``net``.
+
+    With ``strict_load=False`` (MindSpore's default) the parameters found are loaded, the
+    others keep their values and are returned (and logged as a warning); a dict that holds
+    none of ``net``'s parameters is always an error.
 
     The weights are lit_amp's ``"network"`` entry, Lightning's ``"state_dict"`` or the dict
     itself; a prefix such as Lightning's ``network.`` (a ``LitModel``'s attribute path) is

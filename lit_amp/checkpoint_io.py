@@ -1,5 +1,7 @@
 """Re-export of :mod:`lit_amp._io`'s checkpoint functions (the import path of earlier releases).
 
+The files are Lightning checkpoints plus lit_amp's keys (one format; see :mod:`lit_amp._io`).
+
 Example:
     >>> from lit_amp.checkpoint_io import save_checkpoint, load_checkpoint
 """

@@ -87,3 +87,47 @@ def test_lit_amp_checkpoints_and_plain_state_dicts_still_load(tmp_path):
     dst2 = make_net()
     assert load_param_into_net(dst2, src.state_dict(), strict_load=True) == []
     assert _same(src, dst2)
+
+
+def test_save_checkpoint_writes_lightnings_dict_with_lit_amp_keys(tmp_path):
+    """One format: a plain module's file is a Lightning-shaped dict (state_dict + lit_amp keys)."""
+    net = make_net()
+    path = save_checkpoint(net, str(tmp_path / "plain"), {"epoch_num": 2})
+    raw = torch.load(path, weights_only=True)
+    assert set(raw) == {"state_dict", "append_info", "lit_amp_format", "lit_amp_network_prefix"}
+    assert raw["lit_amp_format"] == "lit_amp/2" and raw["append_info"] == {"epoch_num": 2}
+    assert raw["state_dict"].keys() == net.state_dict().keys()  # the module's own names
+
+
+def test_a_lit_model_file_outside_a_trainer_resumes_with_lightning(tmp_path):
+    """``save_checkpoint(lit_model)`` with no Trainer attached: Lightning's fit resumes it."""
+    torch.manual_seed(0)
+    net = make_net()
+    lit = LitModel(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.5,
+                                                               momentum=0.9))
+    loss = nn.functional.cross_entropy(net(make_batches(1)[0][0]), make_batches(1)[0][1])
+    loss.backward()
+    lit.optimizer.step()  # momentum buffers exist
+    path = save_checkpoint(lit, str(tmp_path / "lit"))
+    fresh_net = make_net()
+    fresh = LitModel(fresh_net, nn.CrossEntropyLoss(),
+                     torch.optim.SGD(fresh_net.parameters(), 0.5, momentum=0.9))
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        limit_train_batches=0)
+    trainer.fit(fresh, loader(), ckpt_path=path)
+    assert _same(net, fresh_net)
+    bufs = [s["momentum_buffer"] for s in fresh.optimizer.state_dict()["state"].values()]
+    ref = [s["momentum_buffer"] for s in lit.optimizer.state_dict()["state"].values()]
+    assert len(bufs) == 4 and all(torch.equal(a, b) for a, b in zip(bufs, ref))
+
+
+def test_a_partial_non_strict_load_warns_naming_the_missing_keys(tmp_path, caplog):
+    """MindSpore's strict_load=False loads what matches, and says what did not."""
+    net = nn.Linear(2, 1)
+    path = save_checkpoint({"weight": torch.ones(1, 2)}, str(tmp_path / "w"))
+    with caplog.at_level("WARNING", logger="lit_amp._io"):
+        load_checkpoint(path, net=net)
+    assert "bias" in caplog.text and "strict_load=True" in caplog.text
+    with pytest.raises(RuntimeError, match="(?s)w.ckpt.*Missing key"):
+        load_checkpoint(path, net=nn.Linear(2, 1), strict_load=True)

@@ -3,8 +3,14 @@
 What and when to save is a :class:`~lit_amp.callbacks.checkpoint_config.CheckpointConfig`
 (re-exported here, its import path of earlier releases).
 
-Checkpoints are written with :func:`lit_amp.save_checkpoint` (a ``torch.save``d
-dict holding the network's state dict, the optimizer state and the loss-scale state).
+One checkpoint format (issue #19): each file is a Lightning checkpoint. Inside a
+``Model.train`` / ``LitModel`` run the dict is the one Lightning's ``Trainer.save_checkpoint``
+would write (the Trainer's ``dump_checkpoint``, built on **every** rank, so that a strategy
+that gathers sharded state can do so), plus lit_amp's keys (``append_info``,
+``lit_amp_loss_scale``, ``lit_amp_boost``, ``lit_amp_format``; see :mod:`lit_amp._io`).
+Rank 0 writes it with :func:`lit_amp._io.write_checkpoint` (atomic, fsync-ed). Such a file
+resumes with Lightning's own ``Trainer.fit(lit_model, ckpt_path=file)``, loads with
+``LitModel.load_from_checkpoint(file, network=...)`` and with :func:`lit_amp.load_checkpoint`.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import torch
 
-from lit_amp._io import save_checkpoint
+from lit_amp._io import checkpoint_payload, write_checkpoint
 from lit_amp.callbacks._utils import is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
 from lit_amp.callbacks.checkpoint_config import CheckpointConfig
@@ -114,16 +120,6 @@ class _CheckpointManager:
                 self.remove(path)
 
 
-class _StateSnapshot:
-    """A frozen ``checkpoint_state()`` (CPU copies) for asynchronous saving."""
-
-    def __init__(self, state: dict) -> None:
-        self._state = state
-
-    def checkpoint_state(self) -> dict:
-        return self._state
-
-
 def _cpu_copy(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
@@ -145,12 +141,17 @@ class ModelCheckpoint(Callback):
     the same prefix already exist there, the prefix becomes ``{prefix}_{N}``. When the number of
     files reaches ``keep_checkpoint_max`` the oldest is deleted before the next save.
 
-    What is saved: ``cb_params.train_network`` (an object with ``checkpoint_state()``: network,
-    optimizer and loss-scale state) or ``config.saved_network``. Reload with
-    :func:`lit_amp.load_checkpoint`. After each save it sets
+    What is saved: ``cb_params.train_network`` (``Model``'s ``LitModel``: its Lightning
+    checkpoint dict -- weights, optimizer, loops, callbacks, loss scale, boost) or
+    ``config.saved_network`` (a plain module: a Lightning-shaped dict holding only
+    ``state_dict``, under the module's own names, and ``append_info``). Reload with
+    :func:`lit_amp.load_checkpoint`, ``LitModel.load_from_checkpoint`` or resume with
+    ``Trainer.fit(..., ckpt_path=...)``. After each save it sets
     ``cb_params.latest_ckpt_file`` and ``cb_params.last_save_ckpt_step``.
 
-    Only global rank 0 writes or deletes files; every rank keeps the same bookkeeping.
+    Every rank builds the checkpoint dict (gathering sharded state may be a collective); only
+    global rank 0 writes or deletes files; every rank keeps the same bookkeeping.
+    ``async_save`` copies the dict to the CPU, then writes it in a thread.
 
     Differences from MindSpore: no ``{prefix}-graph.meta`` file is written (a compiled graph has
     no PyTorch counterpart); the final save at train end happens in every save mode; the hooks
@@ -269,7 +270,17 @@ class ModelCheckpoint(Callback):
         path = os.path.join(self._directory, name)
         if not is_rank_zero(cb_params):
             return None
-        save_checkpoint(self._save_obj(cb_params), path, self._current_append(cb_params))
+        if _is_sharded(self._save_obj(cb_params)):
+            # gathering a sharded (FSDP2) state is a collective, and the other ranks may be
+            # elsewhere when one fails: writing would hang
+            log.warning("ModelCheckpoint: no breakpoint checkpoint under sharded training "
+                        "(FSDP2): gathering the state needs every rank. The last periodic "
+                        "checkpoint (%s) is the one to resume from.",
+                        self._latest_ckpt_file_name or "none yet")
+            return None
+        # rank 0 alone (the other ranks may be elsewhere when one fails): no collective here
+        write_checkpoint(checkpoint_payload(self._save_obj(cb_params),
+                                            self._current_append(cb_params)), path)
         log.info("Saved the breakpoint checkpoint %s.", path)
         return path
 
@@ -342,38 +353,35 @@ class ModelCheckpoint(Callback):
                     self._manager.keep_one_per_minutes(keep_minutes, now)
         self._last_time_for_keep = time.time()
         self._last_triggered_step = cur_step
-        append = self._current_append(cb_params)
+        # built on every rank: the strategy may gather sharded state (a collective)
+        payload = checkpoint_payload(self._save_obj(cb_params), self._current_append(cb_params))
         if rank_zero:
-            obj = self._save_obj(cb_params)
             if self._config.async_save:
-                snapshot = _StateSnapshot(_cpu_copy(_state_dict_of(obj)))
                 self._thread = threading.Thread(
                     target=self._async_write,
-                    args=(snapshot, path, append),
+                    args=(_cpu_copy(payload), path),
                     name="lit_amp_async_save_ckpt",
                     daemon=False,
                 )
                 self._thread.start()
             else:
-                save_checkpoint(obj, path, append)
+                write_checkpoint(payload, path)
             self._manager.note_saved(path)
         self._latest_ckpt_file_name = path
         cb_params["latest_ckpt_file"] = path
         cb_params["last_save_ckpt_step"] = cur_step
 
-    def _async_write(self, snapshot: _StateSnapshot, path: str, append: dict) -> None:
+    def _async_write(self, payload: dict, path: str) -> None:
         try:
-            save_checkpoint(snapshot, path, append)
+            write_checkpoint(payload, path)
         except BaseException as exc:  # re-raised in the training thread by _join
             self._thread_error = exc
 
 
-def _state_dict_of(obj: Any) -> dict:
-    if hasattr(obj, "checkpoint_state"):
-        return dict(obj.checkpoint_state())
-    if isinstance(obj, torch.nn.Module):
-        return {"network": obj.state_dict()}
-    raise TypeError(
-        "ModelCheckpoint: the object to save must be a torch.nn.Module or have "
-        f"checkpoint_state(), but got {type(obj).__name__}."
-    )
+def _is_sharded(obj: Any) -> bool:
+    """Whether ``obj`` is a module with FSDP2-sharded (``DTensor``) parameters."""
+    if not isinstance(obj, torch.nn.Module):
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in obj.parameters())

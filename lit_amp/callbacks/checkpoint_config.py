@@ -103,8 +103,9 @@ class CheckpointConfig:
         integrated_save: accepted for compatibility (merging split tensors of MindSpore's
             automatic parallelism); state dicts are always saved whole.
         async_save: write the file in a background thread from a CPU snapshot of the state.
-        saved_network: a ``torch.nn.Module`` to save instead of the train network (then the
-            optimizer state is not saved).
+        saved_network: a ``torch.nn.Module`` to save instead of the train network: the file
+            is then a Lightning-shaped dict holding only ``state_dict`` (under the module's
+            own names) and ``append_info`` (no optimizer, loops or loss scale: not resumable).
         append_info: a list of ``"epoch_num"``, ``"step_num"`` and at most one dict
             ``{str: int | float | bool | str | torch.Tensor}``, stored in the checkpoint's
             ``"append_info"`` (see :attr:`append_dict`).

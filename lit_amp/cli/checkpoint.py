@@ -1,22 +1,24 @@
 """Checkpoints given to ``lit-amp`` by ``ckpt_path=``: strict loading and resumable training.
 
-``lit-amp`` reads two kinds of ``.ckpt`` files (always with ``torch.load(weights_only=True)``,
-so a file from elsewhere cannot run code):
-
-- lit_amp's own (:func:`lit_amp.save_checkpoint`, written by lit_amp's ``ModelCheckpoint`` and
-  ``BackupAndRestore``): ``{"network", "optimizer", "loss_scale", "append_info", ...}``;
-- Lightning's (``Trainer.save_checkpoint`` / Lightning's ``ModelCheckpoint`` of a ``LitModel``
-  or of your own LightningModule): ``{"state_dict", "optimizer_states", "loops", ...}`` whose
-  parameter names carry the attribute path of the network (``network.``, ``lit_model.network.``,
-  ``model.`` ...). :func:`network_state` finds that prefix by matching the network's own names.
+There is one checkpoint format (issue #19): lit_amp's files (``ModelCheckpoint``,
+``BackupAndRestore``, :func:`lit_amp.save_checkpoint`) are Lightning checkpoints
+(``{"state_dict", "optimizer_states", "loops", ...}`` plus ``append_info`` and the loss scale),
+so ``lit-amp`` reads them exactly as Lightning's own (``Trainer.save_checkpoint`` / Lightning's
+``ModelCheckpoint`` of a ``LitModel`` or of your own LightningModule), and still reads lit_amp's
+older ``"lit_amp/1"`` files. Files are read with ``torch.load(weights_only=True)``, so a file
+from elsewhere cannot run code, and seen through :func:`lit_amp._io.checkpoint_views`
+(``"network"``, ``"optimizer"``, ``"loss_scale"``, ``"append_info"``). Parameter names may carry
+the attribute path of the network (``network.``, ``lit_model.network.``, ``model.`` ...):
+:func:`network_state` finds that prefix by matching the network's own names.
 
 Loading is strict: a checkpoint that does not hold every parameter of the network (or holds
 parameters of another shape) is an error naming the file and the first missing keys, never a
 network that silently keeps its random initialisation.
 
 Resuming (``mode=train ckpt_path=...``) needs the optimizer state and the number of finished
-epochs: lit_amp checkpoints written by ``lit-amp`` store them (its ``CheckpointConfig`` keeps
-``append_info: [epoch_num, step_num]``); Lightning checkpoints store them in ``loops``.
+epochs: ``append_info``'s ``epoch_num`` (``lit-amp``'s ``CheckpointConfig`` keeps
+``append_info: [epoch_num, step_num]``), else Lightning's ``loops`` (an epoch whose last batch
+was done counts as finished). A file written in the middle of an epoch is refused.
 
 Example:
     >>> import torch
@@ -30,11 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections import Counter
 
 import lightning as L
 import torch
 
+from lit_amp._io import checkpoint_views
+from lit_amp._io import network_state as _network_state
 from lit_amp.cli.schema import ConfigError
 
 __all__ = [
@@ -54,7 +57,7 @@ def read_checkpoint(path: str) -> dict:
         path: the ``.ckpt`` file.
 
     Returns:
-        The checkpoint dict.
+        The checkpoint dict with the derived views (:func:`lit_amp._io.checkpoint_views`).
 
     Raises:
         ConfigError: the file is missing, unreadable without unpickling code, or not a dict.
@@ -71,7 +74,7 @@ def read_checkpoint(path: str) -> dict:
         ) from exc
     if not isinstance(state, dict):
         raise ConfigError(f"lit-amp: ckpt_path={path!r} does not hold a checkpoint dict.")
-    return state
+    return checkpoint_views(state)
 
 
 def _raw_weights(state: dict) -> dict:
@@ -87,7 +90,7 @@ def network_state(weights: dict, network: torch.nn.Module, path: str) -> dict:
     """The entries of ``weights`` that belong to ``network``, under the network's own names.
 
     The prefix (``""``, ``network.``, ``lit_model.network.``, ...) is the one under which the
-    most of ``network``'s names are found (the shortest on a tie).
+    most of ``network``'s names are found (:func:`lit_amp._io.network_state`).
 
     Args:
         weights: a state dict (lit_amp's ``network`` or Lightning's ``state_dict``).
@@ -98,23 +101,16 @@ def network_state(weights: dict, network: torch.nn.Module, path: str) -> dict:
         ``{name: tensor}`` with exactly the prefix removed.
 
     Raises:
-        ConfigError: no prefix matches any parameter of the network.
+        ConfigError: no prefix matches any parameter of the network, or two prefixes match
+            equally well with different values.
     """
-    own = set(network.state_dict())
-    votes: Counter = Counter()
-    for key in weights:
-        for name in own:
-            if key == name or key.endswith("." + name):
-                votes[key[: len(key) - len(name)]] += 1
-    if not votes:
-        first = sorted(own)[:3]
+    try:
+        return _network_state(weights, network, repr(path))
+    except ValueError as exc:
         raise ConfigError(
-            f"lit-amp: ckpt_path={path!r} holds no parameter of the network "
-            f"{type(network).__name__} (missing e.g. {first}; the file has e.g. "
-            f"{sorted(weights)[:3]}). Check model=... matches the model that wrote the file."
-        )
-    prefix = min(votes, key=lambda p: (-votes[p], len(p)))
-    return {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+            f"lit-amp: ckpt_path={path!r}: {str(exc).removeprefix('load_checkpoint: ')} Check "
+            "model=... matches the model that wrote the file."
+        ) from exc
 
 
 def load_network(path: str, network: torch.nn.Module, state: dict | None = None) -> dict:
@@ -163,11 +159,24 @@ class Resume:
     loss_scale: dict | None
 
 
-def _lightning_epochs(state: dict) -> int | None:
+def _lightning_epochs(path: str, state: dict, hint: str) -> int | None:
+    """Finished epochs by Lightning's ``loops``; an epoch whose last batch is done counts."""
     try:
-        return int(state["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"])
+        fit = state["loops"]["fit_loop"]
+        epochs = fit["epoch_progress"]["current"]
+        done = int(epochs["completed"])
+        batches = fit["epoch_loop.batch_progress"]
+        current = batches["current"]
     except (KeyError, TypeError, ValueError):
         return None
+    if int(epochs["started"]) > done and int(current["processed"]) > 0:
+        if not (batches.get("is_last_batch") and current["processed"] == current["ready"]):
+            raise ConfigError(
+                f"lit-amp: ckpt_path={path!r} was saved in the middle of an epoch (batch "
+                f"{current['processed']} of epoch {done + 1}); resuming would train part of "
+                f"that epoch twice. {hint}")
+        done += 1  # saved at the end of the epoch's last batch (lit_amp's ModelCheckpoint)
+    return done
 
 
 def resume_state(path: str, state: dict, steps_per_epoch: int | None) -> Resume:
@@ -175,7 +184,7 @@ def resume_state(path: str, state: dict, steps_per_epoch: int | None) -> Resume:
 
     Args:
         path: the file, for messages.
-        state: the checkpoint dict.
+        state: the checkpoint dict (:func:`read_checkpoint`'s; any raw dict is viewed too).
         steps_per_epoch: training steps per epoch (checks that the file ends an epoch).
 
     Returns:
@@ -187,25 +196,22 @@ def resume_state(path: str, state: dict, steps_per_epoch: int | None) -> Resume:
     """
     hint = ("Resume from a checkpoint written by lit-amp's callbacks (they store epoch_num and "
             "the optimizer) or by Lightning at an epoch end; to evaluate it use mode=eval.")
-    if "state_dict" in state and "network" not in state:
-        epoch = _lightning_epochs(state)
-        opts = state.get("optimizer_states") or []
-        optimizer = opts[0] if opts else None
-        ls = next((v for k, v in state.items() if "loss_scale" in str(k)), None)
-    else:
-        info = state.get("append_info") or {}
-        epoch = int(info["epoch_num"]) if "epoch_num" in info else None
-        optimizer = state.get("optimizer")
-        ls = state.get("loss_scale")
+    state = checkpoint_views(state)
+    info = state["append_info"]
+    if "epoch_num" in info:
+        epoch: int | None = int(info["epoch_num"])
         step = info.get("step_num")
-        if epoch is not None and step and steps_per_epoch and int(step) % steps_per_epoch:
+        if step and steps_per_epoch and int(step) % steps_per_epoch:
             raise ConfigError(
                 f"lit-amp: ckpt_path={path!r} was saved in the middle of an epoch (step "
                 f"{step}, {steps_per_epoch} steps per epoch); resuming would train part of "
                 f"that epoch twice. {hint}"
             )
+    else:
+        epoch = _lightning_epochs(path, state, hint)
+    optimizer, ls = state["optimizer"], state["loss_scale"]
     if epoch is None or optimizer is None:
-        what = "the number of finished epochs" if epoch is None else "the optimizer state"
+        what = "count of finished epochs" if epoch is None else "optimizer state"
         raise ConfigError(f"lit-amp: ckpt_path={path!r} is not a resumable checkpoint: it "
                           f"holds no {what}. {hint}")
     return Resume(epoch, optimizer, ls if isinstance(ls, dict) else None)

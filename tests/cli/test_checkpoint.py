@@ -73,7 +73,8 @@ def test_train_resumes_from_a_lit_amp_checkpoint(tmp_path):
     new = torch.load(result["latest_ckpt"], weights_only=True)
     # one more epoch (2 steps) was trained, continuing the epoch count and Adam's step count
     assert new["append_info"]["epoch_num"] == 3
-    adam_steps = [float(s["step"]) for s in new["optimizer"]["state"].values()]
+    assert new["lit_amp_format"] == "lit_amp/2"  # one format: Lightning's dict
+    adam_steps = [float(s["step"]) for s in new["optimizer_states"][0]["state"].values()]
     assert adam_steps and all(s == 2 * 2 + 2 for s in adam_steps)
 
 
@@ -84,7 +85,7 @@ def test_train_resumes_from_a_lightning_checkpoint(tmp_path):
     result = json.loads((out / "result.json").read_text())
     assert result["initial_epoch"] == 2
     new = torch.load(result["latest_ckpt"], weights_only=True)
-    assert all(float(s["step"]) == 6 for s in new["optimizer"]["state"].values())
+    assert all(float(s["step"]) == 6 for s in new["optimizer_states"][0]["state"].values())
 
 
 def test_train_from_a_weights_only_file_is_refused(tmp_path, capsys):
@@ -143,4 +144,49 @@ def test_resume_under_two_process_ddp(tmp_path):
     new = torch.load(result["latest_ckpt"], weights_only=True)
     assert new["append_info"]["epoch_num"] == 3
     # 200 samples, batch 50, 2 ranks: 2 steps per rank and epoch; Adam continued from 4 to 6
-    assert all(float(s["step"]) == 6 for s in new["optimizer"]["state"].values())
+    assert all(float(s["step"]) == 6 for s in new["optimizer_states"][0]["state"].values())
+
+
+def _model_train_ckpt(tmp_path, epochs=2):
+    """``Model.train`` with lit_amp's ModelCheckpoint (no append_info) at each epoch end."""
+    from lit_amp import Model
+    from lit_amp.callbacks import CheckpointConfig, ModelCheckpoint
+
+    train, valid = synthetic_loaders(num_train=200, num_valid=100, batch_size=100, seed=0)
+    torch.manual_seed(0)
+    net = CNN1D()
+    model = Model(net, nn.CrossEntropyLoss(), torch.optim.Adam(net.parameters(), 1e-2),
+                  metrics={"acc"})
+    ckpt = ModelCheckpoint("m", str(tmp_path / "ck"), CheckpointConfig(save_checkpoint_steps=2))
+    model.train(epochs, train, callbacks=[ckpt])
+    return ckpt.latest_ckpt_file_name, model.eval(valid)["acc"]
+
+
+def test_eval_and_resume_of_a_model_checkpoint_file(tmp_path):
+    """One format: a lit_amp ModelCheckpoint file evaluates and resumes like Lightning's."""
+    path, acc = _model_train_ckpt(tmp_path)
+    value = main(["mode=eval", f"ckpt_path={path}", *DATA, f"hydra.run.dir={tmp_path / 'e'}"])
+    assert value == pytest.approx(acc, abs=1e-6)
+    out = tmp_path / "r"
+    main(["epochs=3", "valid_frequency=1", f"ckpt_path={path}", *DATA, f"hydra.run.dir={out}"])
+    result = json.loads((out / "result.json").read_text())
+    assert result["initial_epoch"] == 2  # the epoch's last batch was done: 2 epochs finished
+    new = torch.load(result["latest_ckpt"], weights_only=True)
+    assert all(float(s["step"]) == 6 for s in new["optimizer_states"][0]["state"].values())
+
+
+def test_resume_from_a_mid_epoch_lightning_checkpoint_is_refused(tmp_path, capsys):
+    from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpoint
+
+    train, _ = synthetic_loaders(num_train=200, num_valid=100, batch_size=100, seed=0)
+    net = CNN1D()
+    lit = LitModel(net, nn.CrossEntropyLoss(), torch.optim.Adam(net.parameters(), 1e-2))
+    saver = LightningModelCheckpoint(dirpath=str(tmp_path / "ck"), every_n_train_steps=1,
+                                     save_top_k=-1)
+    L.Trainer(max_steps=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+              callbacks=[saver]).fit(lit, train)
+    mid = tmp_path / "mid.ckpt"  # (hydra's overrides take no '=' in a value)
+    mid.write_bytes((tmp_path / "ck" / "epoch=1-step=3.ckpt").read_bytes())  # epoch 2, batch 1
+    with pytest.raises(SystemExit):
+        main(["epochs=3", f"ckpt_path={mid}", *DATA, f"hydra.run.dir={tmp_path / 'r'}"])
+    assert "middle of an epoch" in capsys.readouterr().err
