@@ -487,6 +487,59 @@ class LitModel(L.LightningModule):
         loss_, ovf, scale = ctl.step_outputs(loss.detach())
         return {"loss": loss_, "overflow": ovf, "loss_scale": scale}
 
+    @property
+    def open_window(self) -> int:
+        """Batches of the current gradient-accumulation window not yet applied (0: none)."""
+        return self._accum_i
+
+    def apply_open_window(self) -> int:
+        """Apply the open gradient-accumulation window now (a stream ended inside it).
+
+        The window's ``m < n`` batches accumulated ``sum(g) / n``; under DDP their micro-steps
+        skipped the gradient reduction, so the gradients are averaged over the ranks first;
+        they are rescaled by ``n / m`` (the mean over the ``m`` batches, as a full window is
+        the mean over its ``n``) and the optimizer steps as every update does (unscale,
+        overflow skip, clipping, loss-scale update). Call it on every rank together.
+
+        Returns:
+            ``m``, the number of batches applied; 0 when there is no open window, no
+            optimizer, or the gradients are sharded (FSDP2: not applied, a warning says so).
+        """
+        m, optimizer = self._accum_i, self._optimizer
+        if m == 0 or optimizer is None:
+            return 0
+        lopt = self._lopt if self._lopt is not None else self.optimizers()
+        raw = lopt.optimizer
+        grads = [p.grad for group in raw.param_groups for p in group["params"]
+                 if p.grad is not None]
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world > 1:
+            if any(type(g) is not torch.Tensor for g in grads):  # sharded (FSDP2) gradients
+                log.warning("LitModel: an open gradient-accumulation window of sharded "
+                            "gradients is not applied (its batches are trained again after "
+                            "a restart).")
+                return 0
+            for g in grads:  # the micro-steps kept local sums
+                torch.distributed.all_reduce(g, op=torch.distributed.ReduceOp.SUM)
+                g.div_(world)
+        n = max(self.grad_accumulation_steps, self._trainer_grad["accumulate"])
+        for g in grads:
+            g.mul_(n / m)
+        ctl = self.loss_scale
+        scaled = ctl is not None and ctl.enabled
+        overflow = False
+        if scaled:
+            ctl.unscale_(raw)
+            overflow = ctl.found_overflow([raw])
+        if not (scaled and ctl.should_skip(overflow)):
+            self._clip(raw)
+            self._optimizer_step(lopt)
+        if scaled:
+            ctl.update(overflow)
+        raw.zero_grad(set_to_none=True)
+        self._accum_i = 0
+        return m
+
     def _clip(self, optimizer: torch.optim.Optimizer) -> None:
         """``Trainer(gradient_clip_val=...)``: Lightning's ``configure_gradient_clipping``."""
         val = self._trainer_grad["clip_val"]

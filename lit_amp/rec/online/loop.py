@@ -236,7 +236,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         self._unapplied_cursor = self.stream.commit()
         self._unapplied_records += 0 if self._filling else batch_size_of(batch)
         self._filling = False
-        if getattr(pl_module, "_accum_i", 0) == 0:  # the accumulation window is complete
+        if getattr(pl_module, "open_window", 0) == 0:  # the accumulation window is complete
             self.cursor = self._unapplied_cursor
             self.summary.total_records += self._unapplied_records
             self._unapplied_records = 0
@@ -287,54 +287,21 @@ class OnlineLoop(MindSporeCallbackBridge):
     def _apply_open_window(self, pl_module: Any, clean: bool) -> bool:
         """At a clean end of the stream, apply an open gradient-accumulation window.
 
-        The window holds ``m < n`` batches whose gradients were accumulated as ``sum(g) / n``;
-        they are rescaled by ``n / m`` (the mean over the ``m`` batches, as a full window is
-        the mean over its ``n``), the optimizer steps (through the loss-scale controller and
-        the non-finite guard), and the batches count as trained. Under DDP all ranks decide
-        together (their windows are the same size: they step together) and the gradients
-        are averaged over the ranks first (the micro-steps may have skipped DDP's reduction).
+        The ranks decide together (their windows are the same size: they step together);
+        ``LitModel.apply_open_window`` averages the gradients over the ranks, rescales them to
+        the mean over the window's batches and steps; the batches then count as trained.
 
         Returns:
             Whether a window was applied (the weights changed after the last step).
         """
-        m = int(getattr(pl_module, "_accum_i", 0) or 0)
+        m = int(getattr(pl_module, "open_window", 0) or 0)
         unclean, m_max = self.ranks.reduce_max([int(not clean), m])
-        if m_max == 0 or unclean or getattr(pl_module, "_optimizer", None) is None:
+        if m_max == 0 or unclean or not hasattr(pl_module, "apply_open_window"):
             return False
-        n = max(int(getattr(pl_module, "grad_accumulation_steps", 1) or 1),
-                int(getattr(pl_module, "_trainer_grad", {}).get("accumulate", 1) or 1))
-        lopt = pl_module.optimizers()
-        raw = lopt.optimizer
-        grads = [p.grad for group in raw.param_groups for p in group["params"]
-                 if p.grad is not None]
-        if self.ranks.world > 1:
-            if any(type(g) is not torch.Tensor for g in grads):  # sharded (FSDP2) gradients
-                log.warning("online_train: the stream ended inside a gradient-accumulation "
-                            "window of sharded gradients; it is not applied (a restart "
-                            "trains its batches again).")
-                return False
-            # the window's micro-steps may have skipped DDP's reduction (local sums): average
-            for g in grads:
-                torch.distributed.all_reduce(g, op=torch.distributed.ReduceOp.SUM)
-                g.div_(self.ranks.world)
-        for g in grads:
-            g.mul_(n / m)
-        ctl = getattr(pl_module, "loss_scale", None)
-        overflow = False
-        if ctl is not None and ctl.enabled:
-            ctl.unscale_(raw)
-            overflow = ctl.found_overflow([raw])
-        if not (ctl is not None and ctl.enabled and ctl.should_skip(overflow)):
-            clip = getattr(pl_module, "_clip", None)
-            if callable(clip):
-                clip(raw)  # Trainer(gradient_clip_val=...), as every update
-            lopt.step()
-        if ctl is not None and ctl.enabled:
-            ctl.update(overflow)
-        raw.zero_grad(set_to_none=True)
-        pl_module._accum_i = 0
+        if not pl_module.apply_open_window():
+            return False
         log.info("online_train: the stream ended inside a gradient-accumulation window; its "
-                 "%d batch(es) were applied (gradients scaled by %d/%d).", m, n, m)
+                 "%d batch(es) were applied.", m)
         self.cursor = self._unapplied_cursor
         self.summary.total_records += self._unapplied_records
         self._unapplied_records = 0
