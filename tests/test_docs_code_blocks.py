@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.docs import fenced_blocks
+
 REPO = Path(__file__).resolve().parents[1]
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 MIGRATION = REPO / "docs" / "migration.md"
@@ -81,21 +83,12 @@ class Block:
 
 def python_blocks(path: Path) -> list[Block]:
     """The ```python blocks of ``path``, each with the skip reason of the comment before it."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    blocks, i = [], 0
-    while i < len(lines):
-        if lines[i].strip() == "```python":
-            start, body = i + 1, []
-            i += 1
-            while i < len(lines) and lines[i].strip() != "```":
-                body.append(lines[i])
-                i += 1
-            prev = next((lines[j].strip() for j in range(start - 2, -1, -1)
-                         if lines[j].strip()), "")
-            m = SKIP_RE.match(prev)
-            blocks.append(Block(path, start + 1, "\n".join(body) + "\n",
+    blocks = []
+    for b in fenced_blocks(path.read_text(encoding="utf-8")):
+        if b.lang == "python":
+            m = SKIP_RE.match(b.marker)
+            blocks.append(Block(path, b.line, "\n".join(b.body) + "\n",
                                 m.group("reason") if m else None))
-        i += 1
     return blocks
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.docs import fenced_blocks
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 RUN_RE = re.compile(r"^<!--\s*run-test(?::\s*(?P<note>.*?))?\s*-->$")
@@ -45,27 +47,9 @@ class BashBlock:
 
 def bash_blocks(text: str) -> list[BashBlock]:
     """The ```bash blocks of a Markdown text, with the commands of each (comments dropped)."""
-    lines = text.splitlines()
-    blocks, heading, i = [], "", 0
-    while i < len(lines):
-        if lines[i].startswith("#"):
-            heading = lines[i].strip()
-        elif lines[i].startswith("```") and lines[i].strip() != "```bash":
-            i += 1  # another language's block: its '#' lines are no headings
-            while i < len(lines) and lines[i].strip() != "```":
-                i += 1
-        elif lines[i].strip() == "```bash":
-            start, body = i + 1, []
-            i += 1
-            while i < len(lines) and lines[i].strip() != "```":
-                body.append(lines[i])
-                i += 1
-            prev = next((lines[j].strip() for j in range(start - 2, -1, -1)
-                         if lines[j].strip()), "")
-            blocks.append(BashBlock(start + 1, heading, tuple(_commands(body)),
-                                    RUN_RE.match(prev) is not None))
-        i += 1
-    return blocks
+    return [BashBlock(b.line, b.heading, tuple(_commands(list(b.body))),
+                      RUN_RE.match(b.marker) is not None)
+            for b in fenced_blocks(text) if b.lang == "bash"]
 
 
 def _commands(body: list[str]) -> list[str]:

@@ -12,13 +12,12 @@ Modes:
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 import torch
-import torch.distributed as dist
 from torch import nn
+
+from tests.helpers.dist import write_rank_result  # noqa: E402
 
 
 def _net() -> nn.Module:
@@ -45,19 +44,8 @@ def _mp_model():
     )
 
 
-def _write(out: str, name: str, res: dict) -> None:
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    with open(os.path.join(out, f"{name}{rank}.json"), "w") as f:
-        json.dump(res, f)
-    if dist.is_initialized():
-        # both ranks tear gloo down together: a rank exiting while the other still holds the
-        # group aborted now and then ("terminate called without an active exception")
-        dist.barrier()
-        dist.destroy_process_group()
-
-
 def _mp(out: str) -> None:
-    _write(out, "rank", {"train": _mp_model().infer_train_layout(_data())})
+    write_rank_result(out, "rank", {"train": _mp_model().infer_train_layout(_data())})
 
 
 def _mp_train(out: str) -> None:
@@ -69,7 +57,7 @@ def _mp_train(out: str) -> None:
         res = {"error": None, "weights": full, "type": type(model.predict_network).__name__}
     except ValueError as err:
         res = {"error": str(err)}
-    _write(out, "train_rank", res)
+    write_rank_result(out, "train_rank", res)
 
 
 if __name__ == "__main__":

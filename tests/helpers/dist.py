@@ -92,3 +92,20 @@ def run_distributed(worker: Callable[..., Any], world: int = 2, args: tuple = ()
     if errors:
         raise AssertionError("a distributed worker failed:\n" + "\n".join(errors))
     return [v for _, v in results]
+
+
+def write_rank_result(out: str, name: str, res: dict) -> None:
+    """Write this rank's ``res`` to ``out/<name><rank>.json``; then leave the process group.
+
+    For worker scripts that Lightning's launcher runs once per rank. Both ranks tear gloo down
+    together: a rank exiting while the other still holds the group aborted now and then
+    ("terminate called without an active exception").
+    """
+    import json
+
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    with open(os.path.join(out, f"{name}{rank}.json"), "w") as f:
+        json.dump(res, f)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -14,13 +14,14 @@ Modes:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from tests.helpers.dist import write_rank_result  # noqa: E402
 
 TRAINER = {"accelerator": "cpu", "devices": 2, "strategy": "ddp"}
 
@@ -53,15 +54,6 @@ def _model(net: nn.Module, **kw):
 
     return Model(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.05),
                  trainer=dict(TRAINER), **kw)
-
-
-def _write(out: str, name: str, res: dict) -> None:
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    with open(os.path.join(out, f"{name}{rank}.json"), "w") as f:
-        json.dump(res, f)
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 def _gather(obj):
@@ -179,7 +171,7 @@ def _train(out: str) -> None:
     _sink_ids(out, res)
     _steps_and_bn(out, res)
     _eval(out, res)
-    _write(out, "train", res)
+    write_rank_result(out, "train", res)
 
 
 def _layout(out: str) -> None:
@@ -207,7 +199,7 @@ def _layout(out: str) -> None:
             res[name] = sorted(value) if isinstance(value, dict) else value
         except Exception as err:  # noqa: BLE001 - reported to the test
             res["errors"].append(f"{name}: {type(err).__name__}: {err}"[:300])
-    _write(out, "layout", res)
+    write_rank_result(out, "layout", res)
 
 
 def _accum(out: str) -> None:
@@ -241,7 +233,7 @@ def _accum(out: str) -> None:
         res[strategy] = [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
                          .flatten().tolist() for p in net.parameters()]
     res["allreduce_calls"] = len(calls)
-    _write(out, "accum", res)
+    write_rank_result(out, "accum", res)
 
 
 if __name__ == "__main__":

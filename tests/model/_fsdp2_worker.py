@@ -13,7 +13,6 @@ Modes:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -24,6 +23,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 CPU2 = {"accelerator": "cpu", "devices": 2}
+
+
+from tests.helpers.dist import write_rank_result  # noqa: E402
 
 
 def _net(seed: int = 0) -> nn.Module:
@@ -174,16 +176,7 @@ def _main(out: str) -> None:
 
             res["errors"].append(f"{part.__name__}: {type(err).__name__}: {err}"[:600])
             traceback.print_exc()
-    _write(out, "main", res)
-
-
-def _write(out: str, name: str, res: dict) -> None:
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    with open(os.path.join(out, f"{name}{rank}.json"), "w") as f:
-        json.dump(res, f)
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    write_rank_result(out, "main", res)
 
 
 if __name__ == "__main__":
