@@ -246,7 +246,10 @@ class _ResumeSampler(DistributedSampler):
             if self.distributed:
                 DistributedSampler.__init__(
                     self, self.original.data_source, num_replicas=world, rank=rank,
-                    shuffle=isinstance(self.original, RandomSampler),
+                    # Lightning shuffles every training loader it distributes, a sequential
+                    # one too (data_connector._process_dataloader): the same order as a run
+                    # without this callback
+                    shuffle=True,
                     seed=int(os.getenv("PL_GLOBAL_SEED", "0")), drop_last=False)
         return bool(self.distributed)
 

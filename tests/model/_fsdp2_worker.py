@@ -8,7 +8,8 @@ Modes:
                 a second train call, ModelCheckpoint + Trainer.save_checkpoint files, an
                 overflow injected into rank 1's gradient shard, fully_shard applied by the user
                 after building the optimizer, bf16 O2 with BatchNorm, LitModel in a plain
-                Trainer(strategy=ModelParallelStrategy(...)).
+                Trainer(strategy=ModelParallelStrategy(...)), BackupAndRestore resuming a
+                new Model under 'ddp' and 'fsdp2' (same weights as an uninterrupted run).
 """
 
 from __future__ import annotations
@@ -166,11 +167,34 @@ def _plain_trainer(res: dict) -> None:
                     "sharded": type(net).__name__}
 
 
+def _backup(res: dict, out: str) -> None:
+    """BackupAndRestore under DDP and FSDP2: 2 epochs, then a new Model resumes to 4 from the
+    backup; the same weights as 4 uninterrupted epochs."""
+    from lit_amp.callbacks import BackupAndRestore, LambdaCallback
+
+    for strategy in ("ddp", "fsdp2"):
+        backup = os.path.join(out, f"backup_{strategy}")
+        ref = _net()
+        _model(ref, strategy, sgd=True).train(4, _loader(n=128))
+        first = _net()
+        _model(first, strategy, sgd=True).train(
+            2, _loader(n=128), callbacks=[BackupAndRestore(backup, delete_checkpoint=False)])
+        resumed = _net(seed=5)  # other initial weights: all must come from the backup
+        epochs: list[int] = []
+        log_epoch = LambdaCallback(on_train_epoch_end=lambda rc: epochs.append(
+            rc.original_args().cur_epoch_num))
+        _model(resumed, strategy, sgd=True).train(
+            4, _loader(n=128),
+            callbacks=[BackupAndRestore(backup, delete_checkpoint=False), log_epoch])
+        res[f"backup_{strategy}"] = {"ref": _full(ref), "resumed": _full(resumed),
+                                     "after2": _full(first), "epochs": epochs}
+
+
 def _main(out: str) -> None:
     res: dict = {"errors": []}
-    for part in (_compare, _overflow, _user_sharded, _bf16, _plain_trainer):
+    for part in (_compare, _overflow, _user_sharded, _bf16, _plain_trainer, _backup):
         try:
-            part(res, out) if part is _compare else part(res)
+            part(res, out) if part in (_compare, _backup) else part(res)
         except Exception as err:  # noqa: BLE001 - reported to the test
             import traceback
 

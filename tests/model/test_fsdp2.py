@@ -161,3 +161,15 @@ def test_thor_and_boost_are_refused_under_fsdp2_naming_ddp(what):
     with pytest.raises(ValueError, match=arg) as err:
         prepare_sharded(lit, None, fitting=True)  # type: ignore[arg-type]
     assert "'ddp'" in str(err.value)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_backup_and_restore_resumes_sharded_training_exactly(run, strategy):
+    # 2 epochs with BackupAndRestore, then a new Model (other initial weights) resumes to 4:
+    # it trains epochs 3-4 only and ends with the weights of 4 uninterrupted epochs
+    res, _ = run
+    for r in res:
+        b = r[f"backup_{strategy}"]
+        assert b["epochs"] == [3, 4]
+        for name, w in b["ref"].items():
+            assert b["resumed"][name] == pytest.approx(w, abs=1e-6), name
