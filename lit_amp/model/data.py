@@ -176,13 +176,14 @@ def shard_loader(loader: Any, rank: int, world_size: int, *, train: bool) -> Any
     """``loader`` rebuilt for this rank, or None when it cannot be (an iterable dataset...).
 
     ``train=True``: the split Lightning's ``DistributedSampler`` gives (padded, so every rank
-    has the same number of batches; shuffled when the loader shuffles). ``train=False``: the
+    has the same number of batches; shuffled, as Lightning shuffles every distributed training
+    loader). ``train=False``: the
     loader's own batches ``rank, rank + world_size, ...``: every batch on exactly one rank,
     batched as in one process, so batch-averaged values (the loss) come out the same.
     """
     from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
     from lightning.pytorch.trainer.states import RunningStage
-    from lightning.pytorch.utilities.data import _is_dataloader_shuffled, _update_dataloader
+    from lightning.pytorch.utilities.data import _update_dataloader
     from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
     if isinstance(loader.dataset, IterableDataset) or isinstance(
@@ -199,7 +200,9 @@ def shard_loader(loader: Any, rank: int, world_size: int, *, train: bool) -> Any
         return DataLoader(loader.dataset, batch_sampler=_EveryNthBatch(loader.batch_sampler,
                                                                        rank, world_size), **kw)
     stage = RunningStage.TRAINING
-    sampler = _get_distributed_sampler(loader, _is_dataloader_shuffled(loader), overfit_batches=0,
+    # shuffle=True: Lightning shuffles every training loader it distributes, a sequential one
+    # too (data_connector._process_dataloader), so sink and non-sink runs split alike
+    sampler = _get_distributed_sampler(loader, True, overfit_batches=0,
                                        mode=stage, num_replicas=world_size, rank=rank)
     return _update_dataloader(loader, sampler, mode=stage)
 

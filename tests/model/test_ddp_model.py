@@ -39,10 +39,11 @@ def test_sink_mode_gives_each_rank_its_own_batches(train_run):
     # world_size-th batch of one stream, so the ranks never train on the same batch at once
     assert r0["sink_list"] == [0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 0, 1]
     assert r1["sink_list"] == [2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 2, 3]
-    # a DataLoader: the split Lightning's DistributedSampler gives it
+    # a DataLoader (sequential): the split Lightning's DistributedSampler gives it, shuffled as
+    # Lightning shuffles every distributed training loader (non-sink runs get the same)
     ds = TensorDataset(torch.arange(16))
     for rank, res in ((0, r0), (1, r1)):
-        sampler = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=False)
+        sampler = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=0)
         assert res["sink_loader"] == list(sampler)
     assert not set(r0["sink_loader"]) & set(r1["sink_loader"])
     # non-sink, a plain list of 5 batches: every other batch, rank 1 padded with batch 0
