@@ -181,7 +181,7 @@ def _backup(res: dict, out: str) -> None:
             2, _loader(n=128), callbacks=[BackupAndRestore(backup, delete_checkpoint=False)])
         resumed = _net(seed=5)  # other initial weights: all must come from the backup
         epochs: list[int] = []
-        log_epoch = LambdaCallback(on_train_epoch_end=lambda rc: epochs.append(
+        log_epoch = LambdaCallback(on_train_epoch_end=lambda rc, seen=epochs: seen.append(
             rc.original_args().cur_epoch_num))
         _model(resumed, strategy, sgd=True).train(
             4, _loader(n=128),
@@ -190,9 +190,19 @@ def _backup(res: dict, out: str) -> None:
                                      "after2": _full(first), "epochs": epochs}
 
 
+def _sink(res: dict) -> None:
+    """Sink mode: FSDP2 learns what DDP learns (each rank its own lazily drawn batches)."""
+    for strategy in ("ddp", "fsdp2"):
+        net = _net()
+        model = _model(net, strategy, sgd=True)
+        model.train(2, _loader(n=128), dataset_sink_mode=True, sink_size=4)
+        res[f"sink_{strategy}"] = {"eval": model.eval(_loader(seed=1))["loss"],
+                                   "weights": _full(net)}
+
+
 def _main(out: str) -> None:
     res: dict = {"errors": []}
-    for part in (_compare, _overflow, _user_sharded, _bf16, _plain_trainer, _backup):
+    for part in (_compare, _overflow, _user_sharded, _bf16, _plain_trainer, _backup, _sink):
         try:
             part(res, out) if part in (_compare, _backup) else part(res)
         except Exception as err:  # noqa: BLE001 - reported to the test

@@ -173,3 +173,12 @@ def test_backup_and_restore_resumes_sharded_training_exactly(run, strategy):
         assert b["epochs"] == [3, 4]
         for name, w in b["ref"].items():
             assert b["resumed"][name] == pytest.approx(w, abs=1e-6), name
+
+
+def test_sink_mode_under_fsdp2_learns_what_ddp_learns(run):
+    res, _ = run
+    for r in res:
+        ddp, fs = r["sink_ddp"], r["sink_fsdp2"]
+        assert fs["eval"] == pytest.approx(ddp["eval"], rel=1e-4)
+        for name, w in ddp["weights"].items():
+            assert fs["weights"][name] == pytest.approx(w, abs=1e-5), name
