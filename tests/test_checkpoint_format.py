@@ -280,3 +280,41 @@ if __name__ == "__main__":
 
     if sys.argv[1] == "ddp":
         _ddp_main(sys.argv[2])
+
+
+def test_a_file_from_a_resumed_model_train_resumes_in_lightning_at_its_absolute_epoch(tmp_path):
+    """Model.train(4, initial_epoch=2) writes a file at epoch 4; Lightning's own resume of it
+    to max_epochs=5 trains exactly one more epoch (before: the file said epoch 2, so Lightning
+    trained epochs 3-5 again, 3 epochs more than the user asked for)."""
+    import lightning as L
+
+    from lit_amp import Model
+    from lit_amp.callbacks import CheckpointConfig, ModelCheckpoint
+
+    torch.manual_seed(0)
+    net = nn.Linear(4, 2)
+    x, y = torch.randn(32, 4), torch.randint(0, 2, (32,))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    model = Model(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1),
+                  trainer={"accelerator": "cpu", "enable_progress_bar": False})
+    model.train(2, data)
+    ckpt = ModelCheckpoint("net", str(tmp_path), CheckpointConfig(save_checkpoint_steps=4))
+    model.train(4, data, callbacks=[ckpt], initial_epoch=2)
+    path = tmp_path / "net-4_4.ckpt"
+    state = torch.load(path, weights_only=True)
+    # saved at the epoch's last batch end: Lightning's counters say epoch index 3 (0-based,
+    # not yet completed) and 16 optimizer steps, counted from the start of training
+    assert state["epoch"] == 3 and state["global_step"] == 16
+    assert state["loops"]["fit_loop"]["epoch_progress"]["total"]["started"] == 4
+    steps: list[int] = []
+
+    class Count(L.Callback):
+        def on_train_batch_end(self, *args) -> None:
+            steps.append(1)
+
+    trainer = L.Trainer(max_epochs=5, accelerator="cpu", logger=False, callbacks=[Count()],
+                        enable_progress_bar=False, enable_checkpointing=False,
+                        enable_model_summary=False)
+    trainer.fit(model.lit_model, data, ckpt_path=str(path))
+    assert len(steps) == 4 and trainer.current_epoch == 5 and trainer.global_step == 20
+    assert model.lit_model.epoch_offset == 0  # the offset ended with Model.train's run

@@ -126,6 +126,9 @@ class LitModel(L.LightningModule):
         self._trainer_grad: dict[str, Any] = {"accumulate": 1, "clip_val": None,
                                               "clip_algorithm": None}
         self._epoch_last_batch = False
+        #: epochs trained before the current Trainer's run (``Model.train(initial_epoch=k)``):
+        #: checkpoints count them, so that Lightning resumes a file at its absolute epoch
+        self.epoch_offset = 0
         self.automatic_optimization = False
         self.log_train_loss = True  # Model turns this off when nothing would show the value
         self._amp_applied = False
@@ -379,6 +382,9 @@ class LitModel(L.LightningModule):
         # MindSpore sets the network to train mode for each train call (``set_train(True)``):
         # a Model.predict / eval before it leaves the modules in eval mode
         self.train()
+
+    def on_fit_end(self) -> None:
+        self.epoch_offset = 0  # Model.train's offset ends with its run
 
     def on_train_start(self) -> None:
         self._lopt = self.optimizers() if self._optimizer is not None else None
@@ -742,6 +748,9 @@ class LitModel(L.LightningModule):
         if trainer is not None and _fitting(trainer):
             # a dump (not a load): the full training state, as Trainer.save_checkpoint writes
             state = trainer._checkpoint_connector.dump_checkpoint(False)
+            if self.epoch_offset:
+                _shift_progress(state, self.epoch_offset,
+                                self.epoch_offset * self._optimizer_steps_per_epoch(trainer))
         else:
             state = {"epoch": 0, "global_step": 0,
                      "pytorch-lightning_version": L.__version__}
@@ -753,6 +762,14 @@ class LitModel(L.LightningModule):
         if self.boost is not None:
             state[BOOST_KEY] = self.boost.state_dict()
         return state
+
+    def _optimizer_steps_per_epoch(self, trainer: Any) -> int:
+        """Optimizer steps of one epoch of ``trainer`` (0 when its length is unknown)."""
+        batches = trainer.num_training_batches
+        if not isinstance(batches, int) or batches <= 0:
+            return 0
+        n = max(self.grad_accumulation_steps, self._trainer_grad["accumulate"])
+        return -(-batches // n)
 
     def _full_states(self) -> tuple[dict, dict | None]:
         """The module's and the optimizer's state dicts; full (gathered) ones under FSDP2."""
@@ -905,6 +922,29 @@ class LitModel(L.LightningModule):
             self.loss_scale.load_state_dict(scale)
         elif scale is not None and not self._amp_applied:
             self._pending_loss_scale = scale  # the controller exists once the level is applied
+
+
+def _shift_progress(state: dict, epochs: int, steps: int) -> None:
+    """Count ``epochs`` epochs and ``steps`` optimizer steps done before this Trainer's run in
+    a Lightning checkpoint dict (its ``epoch``, ``global_step`` and fit-loop progress)."""
+    state["epoch"] = int(state.get("epoch", 0)) + epochs
+    state["global_step"] = int(state.get("global_step", 0)) + steps
+    fit = state.get("loops", {}).get("fit_loop", {})
+    shifts = {"epoch_progress": epochs, "epoch_loop.batch_progress": steps,
+              "epoch_loop.manual_optimization.optim_step_progress": steps}
+    for key, by in shifts.items():
+        progress = fit.get(key)
+        if not isinstance(progress, dict) or not by:
+            continue
+        # "current" counts within the epoch (batches) or within the run (epochs, steps)
+        parts = ("total",) if key == "epoch_loop.batch_progress" else ("total", "current")
+        for part in parts:
+            counters = progress.get(part, {})
+            for name in counters:
+                counters[name] += by
+    inner = fit.get("epoch_loop.state_dict")
+    if isinstance(inner, dict) and "_batches_that_stepped" in inner:
+        inner["_batches_that_stepped"] += steps
 
 
 def _fitting(trainer: Any) -> bool:

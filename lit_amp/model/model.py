@@ -274,9 +274,9 @@ class Model:
             valid_frequency=valid_frequency,
             eval_during_fit=valid_dataset is not None,
         )
-        trainer = self._make_trainer(max_epochs=epoch - initial_epoch,
-                                     callbacks=[RankStepCount(cb_params, sink=sink), bridge,
-                                                *pl_cbs])
+        trainer = self._make_trainer(max_epochs=epoch - initial_epoch, callbacks=[
+            RankStepCount(cb_params, sink=sink), bridge, *pl_cbs])
+        lit.epoch_offset = initial_epoch  # checkpoints count the epochs done before
         self._fit(trainer, fit_data, valid_dataset, sink, sink_size)
         self._current_epoch_num = int(cb_params.get("cur_epoch_num", initial_epoch))
         step = int(cb_params.cur_step_num)
