@@ -232,9 +232,9 @@ class _ResumeSampler(DistributedSampler):
     batches already trained (``resume``).
     """
 
-    def __init__(self, original: Any, batch_size: int, epoch_offset: int, resume: _Resume
-                 ) -> None:  # DistributedSampler.__init__ waits for the process group
-        self.original, self.batch_size = original, batch_size
+    def __init__(self, original: Any, batch_size: int, epoch_offset: int, resume: _Resume,
+                 seed: int) -> None:  # DistributedSampler.__init__ waits for the process group
+        self.original, self.batch_size, self.seed_ = original, batch_size, seed
         self.epoch_offset, self.resume = epoch_offset, resume
         self.lightning_epoch = 0
         self.distributed: bool | None = None
@@ -250,7 +250,7 @@ class _ResumeSampler(DistributedSampler):
                     # one too (data_connector._process_dataloader): the same order as a run
                     # without this callback
                     shuffle=True,
-                    seed=int(os.getenv("PL_GLOBAL_SEED", "0")), drop_last=False)
+                    seed=self.seed_, drop_last=False)
         return bool(self.distributed)
 
     def set_epoch(self, epoch: int) -> None:
@@ -285,12 +285,14 @@ class _ResumeLoader(DataLoader):
         return super().__iter__()
 
 
-def _rebuild(loader: DataLoader, epoch_offset: int, resume: _Resume) -> _ResumeLoader:
+def _rebuild(loader: DataLoader, epoch_offset: int, resume: _Resume, seed: int
+             ) -> _ResumeLoader:
     kw = {k: getattr(loader, k) for k in _LOADER_ARGS if hasattr(loader, k)}
     if not kw.get("num_workers"):
         kw.pop("prefetch_factor", None)
         kw.pop("persistent_workers", None)
-    sampler = _ResumeSampler(loader.sampler, int(loader.batch_size or 1), epoch_offset, resume)
+    sampler = _ResumeSampler(loader.sampler, int(loader.batch_size or 1), epoch_offset, resume,
+                             seed)
     return _ResumeLoader(loader.dataset, batch_size=loader.batch_size, sampler=sampler,
                          drop_last=loader.drop_last, **kw)
 
@@ -371,6 +373,7 @@ class BackupAndRestore(Callback):
         self._prefit_state: dict | None = None  # taken before the run's first iterator
         self._skip = 0  # batches of the run's first epoch already trained before the resume
         self._skip_world = 1  # the number of processes that wrote a mid-epoch backup
+        self._seed = int(os.getenv("PL_GLOBAL_SEED", "0"))  # the DDP sampler's seed
         self._exact_ddp = False  # the train loader was rebuilt (see _ResumeLoader)
         self._steps = 0  # batches of the current epoch trained (including skipped ones)
         self._first_epoch = True
@@ -458,7 +461,11 @@ class BackupAndRestore(Callback):
                      restored_epoch + 1, skip)
         if not dataset_sink_mode and _plain_loader(train_dataset):
             self._exact_ddp = True
-            loader = _rebuild(train_dataset, int(initial_epoch or restored_epoch or 0), plan)
+            # the seed of the run that wrote the backup (Lightning's is PL_GLOBAL_SEED): a
+            # resumed run with another seed would draw other permutations
+            self._seed = int(resume.get("sampler_seed", os.getenv("PL_GLOBAL_SEED", "0")))
+            loader = _rebuild(train_dataset, int(initial_epoch or restored_epoch or 0), plan,
+                              self._seed)
             loader.on_first_iter = lambda: self._first_iter(plan)
             return loader
         return _SkipFirstBatches(train_dataset, plan) if skip > 0 else train_dataset
@@ -566,6 +573,7 @@ class BackupAndRestore(Callback):
         target = cb.get("train_network")
         if target is None:
             target = cb.get("network")
+        info["sampler_seed"] = self._seed
         payload = checkpoint_payload(target, info)  # every rank: may be a collective
         if is_rank_zero(cb):
             write_checkpoint(payload, self.backup_file)

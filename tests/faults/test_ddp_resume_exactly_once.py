@@ -29,8 +29,11 @@ STEPS_PER_RANK = 4 * 8  # EPOCHS x batches per rank and epoch
 pytestmark = pytest.mark.slow  # 2-process runs, ~10 s each on a shared 2-core machine
 
 
-def _start(work: Path, stop: str | None = None) -> subprocess.Popen:
+def _start(work: Path, stop: str | None = None, seed: str | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("PL_GLOBAL_SEED", None)
+    if seed is not None:  # the seed of Lightning's DistributedSampler
+        env["PL_GLOBAL_SEED"] = seed
     env.pop("LOCAL_RANK", None)
     cmd = [sys.executable, str(WORKER), str(work)] + ([stop] if stop else [])
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -63,7 +66,7 @@ def reference(tmp_path_factory) -> Path:
     return ref
 
 
-@pytest.mark.parametrize("who", ["both", "rank1"])
+@pytest.mark.parametrize("who", ["both", "rank1", "both, resumed under another seed"])
 def test_ddp_sigterm_mid_epoch_then_resume_trains_every_batch_once(reference: Path,
                                                                    tmp_path: Path,
                                                                    who: str) -> None:
@@ -74,7 +77,7 @@ def test_ddp_sigterm_mid_epoch_then_resume_trains_every_batch_once(reference: Pa
         assert time.time() < deadline, "the ranks never reached epoch 3 step 5"
         time.sleep(0.05)
     pids = [int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)]
-    for r in (0, 1) if who == "both" else (1,):
+    for r in (0, 1) if who.startswith("both") else (1,):
         os.kill(pids[r], signal.SIGTERM)
     (tmp_path / "sent").write_text("1")
     _finish(first, tmp_path)
@@ -83,7 +86,9 @@ def test_ddp_sigterm_mid_epoch_then_resume_trains_every_batch_once(reference: Pa
         assert len(got) == 2 * 8 + 5 and got[-1][:2] == [3, 5]
     assert (tmp_path / "backup" / "backup.ckpt").is_file()
 
-    _finish(_start(tmp_path), tmp_path)  # restarted with the same command
+    # restarted with the same command (or with another PL_GLOBAL_SEED in the environment: the
+    # backup keeps the sampler seed the interrupted run drew its permutations from)
+    _finish(_start(tmp_path, seed="5" if "seed" in who else None), tmp_path)
     assert not (tmp_path / "backup" / "backup.ckpt").exists()  # training finished
     for r in (0, 1):
         expected, got = _trained(reference, r), _trained(tmp_path, r)
