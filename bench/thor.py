@@ -16,10 +16,11 @@ Protocol of ``../shared/reference/thor_boost_anchors.md`` §4.4, on the 2 shared
   (K-FAC's π-split of the damping, as ASDL), ``bias_in_a`` (biases preconditioned with their
   weights, as ASDL) and a constant damping; ``thor:issue5`` is the issue #5 recipe (√λ on both
   factors, plain-SGD biases, damping halved every 10 epochs).
-- Tuning (``--tune-anchor model:variant[:rounds]``, seeds 100-101, never the reported seeds):
-  the same lr × damping grid for ASDL and THOR (their damping means the same thing), 3×3, then
-  a second 3×3 round around the best cell, on both models (THOR retuned with the full recipe,
-  bias column included, after the issue #20 speed-ups).
+- Tuning (``--tune-anchor all`` or ``model:variant[:rounds]``; seeds 100-103, never the
+  reported seeds): the same lr × damping grid for ASDL and THOR (their damping means the same
+  thing), 3×3, then a second 3×3 round around the best cell, for asdl, asdl10 and THOR on both
+  models, with the same 4 tuning seeds and rule for each (2 tuning seeds had tied two MLP THOR
+  cells that differ by 2 epochs on the reported seeds).
   Adam / SGD: the issue #5 grids (``--tune``). The self-written K-FAC baseline (kfac-pytorch
   defaults, reimplemented) is now an optional labelled extra row (``--extra-kfac``).
 - Second-order methods: 20 epochs, poly-2 lr (``get_thor_lr``) to 0; Adam / SGD: constant lr,
@@ -30,14 +31,16 @@ Protocol of ``../shared/reference/thor_boost_anchors.md`` §4.4, on the 2 shared
   library error such as a failed Cholesky, or final accuracy < 20%).
 - Statistics: 5 seeds (0-4), medians and IQR; the variants of each seed run back to back in a
   rotating order so background load hits them alike; training at ``--threads`` (default 1)
-  with ``OMP_WAIT_POLICY=PASSIVE``; an interleaved timing pass gives ms/step at 1 and 2
+  under the OpenMP runtime's default wait policy unless ``OMP_WAIT_POLICY`` is set (the policy
+  and the load average are recorded); an interleaved timing pass gives ms/step at 1 and 2
   threads (wall time; at 1 thread also the training thread's CPU time, which other jobs on the
-  machine do not inflate) over 40 distinct batches, and a THOR-vs-SGD pass at 1 and 2 threads.
-  ``--only-timing`` (alias ``--only-threads``) re-runs just those passes (< 3 minutes) into
-  ``thor.json`` and the docs, for an idle machine.
+  machine do not inflate) over 40 distinct batches, a THOR-vs-SGD pass at 1 and 2 threads, and
+  a step profile (CPU time of THOR's forward/backward and optimizer step on refresh and
+  first-order steps). ``--only-timing`` (alias ``--only-threads``) re-runs just those passes
+  (< 4 minutes) into ``thor.json`` and the docs, for an idle machine.
 
-Run: ``.venv/bin/python bench/thor.py`` (~20 minutes on 2 loaded cores), ``--quick`` for a
-smoke run. Writes ``bench/results/thor.json`` and the THOR section of ``docs/benchmarks.md``.
+Run: ``.venv/bin/python bench/thor.py`` (~7 minutes on an idle 2-core machine), ``--quick``
+for a smoke run. Writes ``bench/results/thor.json`` and the THOR section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -53,10 +56,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# Measured here under load: with the default active OpenMP wait policy, 2 threads on 2 busy
-# cores ran ~25x slower than 1 thread (threads spin waiting for descheduled peers); passive
-# waiting removes that. Must be set before torch starts its OpenMP runtime.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP wait policy: the runtime's default unless the user sets OMP_WAIT_POLICY (recorded in
+# the JSON with the load average). PASSIVE made every optimizer (SGD too) ~2.9x slower at 2
+# threads than at 1 on the idle machine; it only helps on a machine loaded by other jobs.
+OMP_WAIT_POLICY = os.environ.get("OMP_WAIT_POLICY", "unset (runtime default)")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -88,7 +91,10 @@ EVAL_EVERY = 20
 WARMUP_STEPS = 50
 TARGET = {"mlp": 0.65, "cnn": 0.90}
 SEEDS = [0, 1, 2, 3, 4]
-TUNE_SEEDS = [100, 101]
+TUNE_SEEDS = [100, 101]  # the issue #5 Adam / SGD / kfac grids (`--tune`)
+# Issue #20 lr x damping grids (`--tune-anchor`): 4 tuning seeds for every second-order method
+# (two seeds tied cells that differ by 2 epochs on the reported seeds).
+ANCHOR_SEEDS = [100, 101, 102, 103]
 BUDGET = {  # epochs
     ("mlp", "first"): 100,
     ("cnn", "first"): 40,
@@ -104,8 +110,8 @@ TUNED: dict[str, dict[str, dict[str, Any]]] = {
         "sgd": {"lr": 0.1},
         "kfac": {"lr": 0.02, "weight_decay": 0.0},
         "asdl": {"lr": 0.03, "damping": 0.03, "weight_decay": 0.02},
-        "asdl10": {"lr": 0.015, "damping": 0.01, "weight_decay": 0.02},
-        "thor": {"lr": 0.03, "weight_decay": 0.02, "damping": 0.03},
+        "asdl10": {"lr": 0.03, "damping": 0.03, "weight_decay": 0.02},
+        "thor": {"lr": 0.015, "weight_decay": 0.02, "damping": 0.01},
     },
     "cnn": {
         "adam": {"lr": 3e-2},
@@ -113,7 +119,7 @@ TUNED: dict[str, dict[str, dict[str, Any]]] = {
         "kfac": {"lr": 0.005, "weight_decay": 0.02},
         "asdl": {"lr": 0.02, "damping": 0.03, "weight_decay": 0.02},
         "asdl10": {"lr": 0.02, "damping": 0.03, "weight_decay": 0.02},
-        "thor": {"lr": 0.01, "weight_decay": 0.02, "damping": 0.01},
+        "thor": {"lr": 0.02, "weight_decay": 0.02, "damping": 0.03},
     },
 }
 # THOR's recipe: statistics every 10 steps (K-FAC's inverse cadence) and the trace rule with
@@ -754,13 +760,18 @@ ANCHOR_GRID: dict[str, dict[str, tuple[tuple[float, ...], tuple[float, ...]]]] =
     },
 }
 ANCHOR_WD = 0.02
+ANCHOR_NOTE = (
+    "round 1: 3x3 lr x damping; round 2: lr x0.5/1/2 x damping x1/3/1/3 around the round-1 "
+    "best; weight decay 0.02; seeds 100-103 for every method (asdl, asdl10, thor on both "
+    "models, rerun 2026-11-23 with `--tune-anchor all`; the earlier 2-seed grid tied two MLP "
+    "THOR cells); mlp/thor:issue5 (a diagnosis row) is from the earlier 2-seed grid")
 
 
 def _rank(r: dict) -> tuple:
     return (-r["reached_target"], r["epochs_to_target_median"], -r["final_acc_median"])
 
 
-def tune_anchor(model: str, base: str, seeds: list[int] = TUNE_SEEDS, rounds: int = 2) -> dict:
+def tune_anchor(model: str, base: str, seeds: list[int] = ANCHOR_SEEDS, rounds: int = 2) -> dict:
     """Two-round (or one-round) lr x damping grid of one second-order method on the tuning
     seeds."""
     lrs, damps = ANCHOR_GRID[model][base]
@@ -778,7 +789,7 @@ def tune_anchor(model: str, base: str, seeds: list[int] = TUNE_SEEDS, rounds: in
     run_cells([(lr, d) for lr in lrs for d in damps], 1)
     lr0, d0 = min(cells, key=lambda c: _rank(cells[c]))
     if rounds > 1:
-            run_cells([(round(lr0 * f, 6), round(d0 * g, 6)) for f in (0.5, 1, 2)
+        run_cells([(round(lr0 * f, 6), round(d0 * g, 6)) for f in (0.5, 1, 2)
                    for g in (1 / 3, 1, 3)], 2)
     best = min(cells, key=lambda c: _rank(cells[c]))
     return {"seeds": seeds, "cells": list(cells.values()), "chosen": cells[best]["opts"]}
@@ -821,11 +832,10 @@ MAIN = ["sgd", "adam", "asdl", "asdl10", "thor"]
 # bias=0: biases on plain momentum SGD (MindSpore); pi=0: √λ on both factors (MindSpore);
 # dd=0.5: MindSpore's decaying damping; w=0/0: no trace rule; issue5: the issue #5 recipe
 # (all three MindSpore choices) with lr / damping from the same two-round grid;
-# lr=0.015,damping=0.01: the cell tied with the chosen one on the tuning seeds (6.75 epochs,
-# the rule's final-accuracy tie-break chose lr 0.03 / damping 0.03), THOR's choice before the
-# retune; reported as a diagnosis row, not used to change the choice.
+# lr=0.03,damping=0.03: THOR's choice on 2 tuning seeds (tied there with the cell the 4-seed
+# grid chose); a diagnosis row, not used to change the choice.
 ABLATIONS = [
-    "thor:lr=0.015,damping=0.01",  # the pre-retune choice (tied on the tuning seeds)
+    "thor:lr=0.03,damping=0.03",  # the 2-tuning-seed choice
     "thor:bias=0",
     "thor:pi=0",
     "thor:dd=0.5",
@@ -842,66 +852,87 @@ LABELS = {
 }
 
 
-NOTES = """\
-Recommended recipe and defaults. `lit_amp.optim.thor.RECOMMENDED_RECIPE` is the THOR row:
-frequency 10, trace rule (0.1, 0), `pi_damping=True`, `bias_in_a=True`, used with a constant
-damping (a float, or `get_thor_damping(..., decay_rate=1.0, ...)`). `thor(...)` keeps MindSpore's
-rules by default (√λ on both factors, biases on plain momentum SGD) because THOR is a MindSpore
-port: the conformance tests compare it with MindSpore's own THOR, and a user porting a
-MindSpore script gets MindSpore's update. Pass `**RECOMMENDED_RECIPE` for the K-FAC-like recipe.
 
-Per-step cost (issue #20, item 1). Profiled at 1 thread (cProfile, torch.profiler, CPU time of
-the training thread): at equal cadence THOR's step cost as much as ASDL's although it inverts
-2-4x less, because (a) conv patches came from `F.unfold`, whose CPU kernel loops over the
-batch (0.55 ms per CNN refresh; now 0.19), (b) inversions were batched by padding every block to
-a power of two (a 76- or 101-wide factor inverted as 128: 2-5x the flops), (c) the bias column
-was sliced out of one joint result, leaving strided tensors for every later elementwise op,
-(d) the first-order step re-derived per parameter which layer and bias it belongs to, and (e)
-each refresh made three host syncs with ~2 tiny ops per factor each. Now: strided-view patches in
-one copy (same values), exact-size inversion batches, A⁻¹'s weight/bias columns kept contiguous
-(two matmuls and a matrix-vector product per layer), a cached per-step plan, one sync for
-finiteness and one for all traces. Same maths: `tests/optim/thor/test_fast_path.py` replays
-five recorded trajectories of the previous code (Linear, Conv1d/2d, Embedding, LayerNorm, bias
-column, π damping, trace rule, split blocks, clipping, loss scale, missing gradients) to 1e-6
-with identical inversion counts. Effect, steady state after 40 warm-up steps (CPU time, same
-lr/damping, interleaved): MLP 0.81 → 0.69 ms/step (ASDL10 0.87, SGD 0.43), CNN 2.40 → 2.25
-(ASDL10 2.54, SGD 1.85); first-order step alone 0.22 → 0.15 ms (MLP), 0.18 → 0.13 ms (CNN). The
-timing pass above starts from a fresh network (200 steps, where every refresh still inverts
-most factors): 0.85x ASDL10 (MLP) and 0.94x (CNN). The 0.8x step target is missed: what
-remains is the preconditioning matmuls, the factor statistics and the inversions that ASDL
-also pays, plus the first-order update over SGD's (0.08-0.1 ms).
 
-Retune (item 3). THOR with the full recipe, ASDL and ASDL10 on the CNN: both 3×3 rounds on the
-tuning seeds (100-101, same grid and budget for each; `thor_asdl_tuning.json`). ASDL's second
-CNN round found nothing better (its choices are unchanged). THOR's CNN choice moved to lr 0.01 /
-λ 0.01 (6.5 epochs, 0.943 final vs ASDL10's 8.5 / 0.930). On the MLP two cells tied at 6.75
-epochs on the tuning seeds and the rule's final-accuracy tie-break chose lr 0.03 / λ 0.03; on
-the reported seeds it takes 8.0 epochs (ASDL10 6.0), so the equal-cadence epoch target and the
-MLP time target are missed. The other tied cell (lr 0.015 / λ 0.01, THOR's choice before the
-retune; diagnosis row) takes 6.0 epochs: it is reported, not chosen, since choosing it now
-would tune on the reported seeds. Two tuning seeds cannot separate these cells.
+def environment(load_at_start: tuple[float, ...]) -> dict:
+    """The OpenMP wait policy and the load average at the start and the end of a run."""
+    return {"omp_wait_policy": OMP_WAIT_POLICY,
+            "load_average_start": [round(x, 2) for x in load_at_start],
+            "load_average_end": [round(x, 2) for x in os.getloadavg()]}
 
-Diagnosis (MLP, lr 0.03 / λ 0.03; one change each): without the bias column 10.0 epochs (4/5
-reached, final 0.653), with √λ on both factors 9.5 (0.657), all three MindSpore choices 10.5
-(3/5, 0.643), the issue #5 recipe 10.0 (0.659): the K-FAC choices are what close the gap to
-ASDL. MindSpore's damping decay (`dd=0.5`) took 7.0 epochs and the trace rule off (`w=0/0`) 7.5
-with 3.6x the inversions; neither was used to change the recipe (reported seeds).
 
-Threads (item 2). Interleaved THOR-vs-SGD pass (`thor_threads_interleaved`; same batch at both
-counts, so per step = per sample): MLP THOR 0.71 → 0.85 ms at 2 threads, SGD 0.43 → 0.50, THOR's
-own part 0.28 → 0.35 ms; CNN THOR 2.26 → 10.3, SGD 1.84 → 9.65 (the convolutions). Every
-optimizer slows down at 2 threads on this machine, SGD as much as THOR: the cause is the 2
-cores shared with other jobs (a 2-thread OpenMP region waits for a descheduled peer), not
-THOR's small linear algebra, so THOR does not switch thread counts around its own ops. The
-2-thread target is missed here; on an idle machine re-run only the timing passes (< 3 min,
-updates this section): `.venv/bin/python bench/thor.py --only-threads`.
+def step_profile(models: list[str], steps: int = 200, repeats: int = 3) -> dict:
+    """CPU ms (training thread, 1 thread) of one step from a fresh network, split into the
+    forward/backward and the optimizer step, on THOR's refresh steps (statistics hooks on,
+    factors averaged and inverted) and its first-order steps; SGD's parts and ASDL10's whole
+    step alongside. Sums over ``repeats`` runs of ``steps`` steps, interleaved."""
+    torch.set_num_threads(1)
+    d = data()
+    perm = torch.randperm(d["x"].shape[0], generator=torch.Generator().manual_seed(0))
+    batches = [(d["x"][perm[i * BATCH:(i + 1) * BATCH]], d["y"][perm[i * BATCH:(i + 1) * BATCH]])
+               for i in range(SPE)]
+    out: dict[str, Any] = {}
+    for model in models:
+        acc: dict[str, list[float]] = {}
+        for rep in range(repeats + 1):  # the first round warms up
+            for v in ("thor", "sgd", "asdl10"):
+                torch.manual_seed(0)
+                net = make_net(model)
+                opt, pre = build(v, net, 20, _opts(model, v))
+                for i in range(steps):
+                    refresh = bool(getattr(opt, "is_second_order_step", False))
+                    c0 = time.thread_time()
+                    if v == "asdl10":
+                        opt.train_step(*batches[i % SPE])
+                        c1 = c2 = time.thread_time()
+                    else:
+                        opt.zero_grad(set_to_none=True)
+                        F.cross_entropy(net(batches[i % SPE][0]), batches[i % SPE][1]).backward()
+                        c1 = time.thread_time()
+                        opt.step()
+                        c2 = time.thread_time()
+                    if rep:
+                        kind = "refresh" if refresh else "first"
+                        for part, dt in (("fb", c1 - c0), ("step", c2 - c1)):
+                            acc.setdefault(f"{v}_{kind}_{part}", []).append(dt)
+        ms = {k: 1000 * statistics.fmean(x) for k, x in acc.items() if "asdl10" not in k
+              or k.endswith("_fb")}
+        ms["thor_refresh_steps"] = len(acc["thor_refresh_fb"]) // repeats
+        ms["steps"] = steps
+        ms["thor_per_step"] = 1000 * (sum(acc["thor_refresh_fb"]) + sum(acc["thor_refresh_step"])
+                                      + sum(acc["thor_first_fb"]) + sum(acc["thor_first_step"])
+                                      ) / (repeats * steps)
+        ms["sgd_per_step"] = ms["sgd_first_fb"] + ms["sgd_first_step"]
+        ms["asdl10_per_step"] = ms.pop("asdl10_first_fb")
+        out[model] = ms
+    return out
 
-Caveats. The machine was shared (load average 1-4 during the run): wall times of different
-rows ran at different moments, so the targets also use a derived time (median epochs ×
-1-thread CPU ms/step from the interleaved pass). ASDL's default cadence (`asdl`) uses an EMA
-that starts from zero without bias correction; on the CNN it reached 90% on 1/5 reported
-seeds, so `asdl10` is the strong anchor there.
-"""
+
+def tuning_summary() -> dict:
+    """Per tuned (model/variant): the tuning seeds, the chosen cell and the next best cell
+    (epochs to target median on the tuning seeds), from ``thor_asdl_tuning.json``."""
+    import json
+
+    from _common import RESULTS
+
+    path = RESULTS / "thor_asdl_tuning.json"
+    if not path.exists():
+        return {}
+    res = json.loads(path.read_text())
+    out = {}
+    for key, val in res.items():
+        if not isinstance(val, dict) or "cells" not in val:
+            continue
+        cells = sorted(val["cells"], key=_rank)
+
+        def brief(c: dict) -> dict:
+            return {"lr": c["opts"]["lr"], "damping": c["opts"]["damping"],
+                    "reached": c["reached_target"], "epochs": c["epochs_to_target_median"],
+                    "final": c["final_acc_median"]}
+
+        out[key] = {"seeds": val["seeds"], "chosen": brief(cells[0]),
+                    "next": brief(cells[1]) if len(cells) > 1 else None}
+    return out
 
 
 def write_doc(payload: dict) -> None:
@@ -909,7 +940,7 @@ def write_doc(payload: dict) -> None:
     from _thor_doc import section
 
     text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    new = section(payload, table, LABELS)
+    new = section({**payload, "tuning": tuning_summary()}, table, LABELS)
     if "<!-- thor:begin -->" in text:
         pre, _, rest = text.partition("<!-- thor:begin -->")
         _, _, post = rest.partition("<!-- thor:end -->")
@@ -930,7 +961,7 @@ def _report_only() -> None:
     payload["summary"] = summary
     payload["targets"] = targets(summary, old["timing_ms_per_step"])
     path = write_result("thor", payload)
-    write_doc({**payload, "machine": old["machine"], "date": old["date"], "notes": NOTES})
+    write_doc({**payload, "machine": old["machine"], "date": old["date"]})
     print(table(summary, list(summary)))
     print(f"-> {path} (re-summarized from the recorded runs)")
 
@@ -975,19 +1006,19 @@ def _only_timing(args: argparse.Namespace) -> None:
 
     from _common import RESULTS
 
-    t0 = time.time()
+    t0, load0 = time.time(), os.getloadavg()
     old = json.loads((RESULTS / "thor.json").read_text())
     models = args.models.split(",")
     timing = _timing(models, MAIN, False, args.timing_repeats)
     timing["thor_threads_interleaved"] = thread_pass(models, 200, 2 * args.timing_repeats)
+    timing["step_profile"] = step_profile(models)
     payload = {k: v for k, v in old.items() if k not in ("benchmark", "machine", "date")}
     payload["timing_ms_per_step"] = {k: v for k, v in timing.items() if not k.endswith("_raw_s")}
     payload["timing_raw_s"] = {k: v for k, v in timing.items() if k.endswith("_raw_s")}
-    payload["timing_rerun"] = {"date": time.strftime("%Y-%m-%d %H:%M"),
-                               "load_average": list(os.getloadavg())}
+    payload["timing_rerun"] = {"date": time.strftime("%Y-%m-%d %H:%M"), **environment(load0)}
     payload["targets"] = targets(payload["summary"], payload["timing_ms_per_step"])
     path = write_result("thor", payload)
-    write_doc({**payload, "machine": machine(), "date": old["date"], "notes": NOTES})
+    write_doc({**payload, "machine": machine(), "date": old["date"]})
     for k, v in payload["timing_ms_per_step"].items():
         print(k, json.dumps(v))
     for k, v in payload["targets"].items():
@@ -1000,7 +1031,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="tiny budgets (smoke run)")
     ap.add_argument("--tune", action="store_true", help="the issue #5 Adam/SGD grids")
     ap.add_argument("--tune-anchor", default="",
-                    help="model:variant[:rounds] — the issue #20 lr x damping grid (e.g. mlp:thor)")
+                    help="all, or model:variant[:rounds]: the issue #20 lr x damping grid "
+                         "(seeds 100-103)")
     ap.add_argument("--tune-models", default="mlp,cnn", help="models to tune (comma list)")
     ap.add_argument("--tune-decay", action="store_true",
                     help="the factor_decay grid (MLP, seeds 100-102) behind the default")
@@ -1039,6 +1071,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     seeds = SEEDS[: args.seeds]
     models = args.models.split(",")
+    load0 = os.getloadavg()
     variants = MAIN + (["kfac"] if args.extra_kfac else [])
     print("main comparison", flush=True)
     runs = run_set(models, variants, seeds, args.quick)
@@ -1049,6 +1082,7 @@ def main(argv: list[str] | None = None) -> None:
     timing = _timing(models, MAIN, args.quick, args.timing_repeats)
     timing["thor_threads_interleaved"] = thread_pass(models, 30 if args.quick else 200,
                                                      2 if args.quick else 2 * args.timing_repeats)
+    timing["step_profile"] = step_profile(models, 30 if args.quick else 200)
     torch.set_num_threads(args.threads)
     summary = summarize(runs)
     tg = targets(summary, timing)
@@ -1067,6 +1101,7 @@ def main(argv: list[str] | None = None) -> None:
         "summary": summary,
         "targets": tg,
         "ablations": not args.no_ablations,
+        "environment": environment(load0),
         "runs": runs,
         "total_time_s": time.time() - t0,
         "quick": args.quick,
@@ -1074,8 +1109,7 @@ def main(argv: list[str] | None = None) -> None:
     name = args.out or ("thor_quick" if args.quick else ("thor" if args.threads == 1 else
                                                          f"thor_threads{args.threads}"))
     path = write_result(name, payload)
-    payload = {**payload, "machine": machine(), "date": time.strftime("%Y-%m-%d"),
-               "notes": NOTES}
+    payload = {**payload, "machine": machine(), "date": time.strftime("%Y-%m-%d")}
     print(table(summary, list(summary)))
     for k, v in tg.items():
         print(f"{k}: {v}")
@@ -1090,13 +1124,19 @@ def _tune_main(args: argparse.Namespace) -> None:
     from _common import RESULTS
 
     if args.tune_anchor:
-        model, base, *rest = args.tune_anchor.split(":")
+        specs = ([f"{m}:{b}" for m in ("mlp", "cnn") for b in ("asdl", "asdl10", "thor")]
+                 if args.tune_anchor == "all" else [args.tune_anchor])
         old_path = RESULTS / "thor_asdl_tuning.json"
         old = json.loads(old_path.read_text()) if old_path.exists() else {}
         old = {k: v for k, v in old.items() if k not in ("benchmark", "machine", "date")}
-        old[f"{model}/{base}"] = tune_anchor(model, base, rounds=int(rest[0]) if rest else 2)
-        print("chosen:", old[f"{model}/{base}"]["chosen"], "->",
-              write_result("thor_asdl_tuning", old))
+        old["seeds"], old["grid_note"] = ANCHOR_SEEDS, ANCHOR_NOTE
+        for spec in specs:
+            model, base, *rest = spec.split(":")
+            t0 = time.time()
+            old[f"{model}/{base}"] = tune_anchor(model, base, rounds=int(rest[0]) if rest else 2)
+            old[f"{model}/{base}"]["time_s"] = time.time() - t0
+            print(spec, "chosen:", old[f"{model}/{base}"]["chosen"], "->",
+                  write_result("thor_asdl_tuning", old), flush=True)
         return
     old_path = RESULTS / "thor_tuning.json"
     old = json.loads(old_path.read_text()) if old_path.exists() else {}

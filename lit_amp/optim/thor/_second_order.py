@@ -185,11 +185,33 @@ def _collect(active: list[LayerFactors], scale: float, split_indices: Sequence[i
 
 
 def _average(active: list[LayerFactors], pend: _Pending, beta: float) -> None:
+    """``F ← β·F + (1-β)·F_batch`` for every new factor (one foreach call each way)."""
+    olds: list[Tensor] = []
+    news: list[Tensor] = []
+    slots: list[tuple[LayerFactors, int]] = []
     for lf, (a, g) in zip(active, pend):
-        if a is not None:
-            lf.A = a if lf.A is None or beta == 0 else lf.A.mul(beta).add_(a, alpha=1 - beta)
-        if g is not None:
-            lf.G = g if lf.G is None or beta == 0 else lf.G.mul(beta).add_(g, alpha=1 - beta)
+        for f, new in ((0, a), (1, g)):
+            if new is None:
+                continue
+            old = lf.A if f == 0 else lf.G
+            if old is None or beta == 0:
+                _set_factor(lf, f, new)
+            else:
+                olds.append(old)
+                news.append(new)
+                slots.append((lf, f))
+    if olds:
+        mixed = torch._foreach_mul(olds, beta)
+        torch._foreach_add_(mixed, news, alpha=1 - beta)
+        for (lf, f), t in zip(slots, mixed):
+            _set_factor(lf, f, t)
+
+
+def _set_factor(lf: LayerFactors, f: int, value: Tensor) -> None:
+    if f == 0:
+        lf.A = value
+    else:
+        lf.G = value
 
 
 def _trace_rule(

@@ -226,10 +226,13 @@ class LayerFactors:
     def _grad_hook(self, grad: Tensor, rec: _Record) -> None:
         with torch.no_grad():
             d = grad.detach()
-            if self.kind == "conv":
-                d = d.movedim(1, -1) if d.dim() > 2 else d.unsqueeze(0).movedim(1, -1)
-            d = d.reshape(-1, self.g_dim).float()
-            g = d.t() @ d
+            if self.kind == "conv":  # channels first, (C, N·L): a copy of contiguous runs
+                d = (d if d.dim() > 2 else d.unsqueeze(0)).transpose(0, 1)
+                d = d.reshape(self.g_dim, -1).float()
+                g = d @ d.t()
+            else:
+                d = d.reshape(-1, self.g_dim).float()
+                g = d.t() @ d
             rec.g = g if rec.g is None else rec.g + g  # the gradient may arrive in pieces
         return None
 
@@ -444,7 +447,8 @@ def _with_ones(v: Tensor, m: int) -> Tensor:
 def _blocks(mat: Tensor, sqrt_damping: float, split_dim: int | None) -> tuple[Tensor, int]:
     """Damped diagonal blocks (nb, b, b) of ``mat`` padded with identity, and the dim d."""
     d = mat.shape[0]
-    damped = mat + sqrt_damping * torch.eye(d, device=mat.device, dtype=mat.dtype)
+    damped = mat.clone()  # + √λ·I: the diagonal only (the same values, no identity matrix)
+    damped.diagonal().add_(sqrt_damping)
     if split_dim is None or d <= split_dim:
         return damped.unsqueeze(0), d
     b = split_dim
