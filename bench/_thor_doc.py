@@ -106,8 +106,95 @@ def section(payload: dict, table: Callable[[dict, list[str]], str], labels: dict
                 "damping decay 0.5) with lr 0.025 / damping 0.01 from its two-round 2-seed "
                 "grid):",
                 "", table(s, ["mlp/thor", *abl])]
+    out += split_section(payload, table)
     out += ["", notes(payload), "", "<!-- thor:end -->", ""]
     return "\n".join(out)
+
+
+def _split_timing_table(sp: dict) -> list[str]:
+    rows = ["| THOR | factor blocks (A / G) | CPU ms/step, 1 thread | wall ms/step | "
+            "CPU ms to invert all 8 factors once |", "|---|---|---|---|---|"]
+    for v, fb in sp["factors"].items():
+        rows.append(f"| {v} | {fb['A_blocks']} / {fb['G_blocks']} | "
+                    f"{sp['cpu_ms_per_step'][v]:.3f} | {sp['wall_ms_per_step'][v]:.3f} | "
+                    f"{sp['cpu_ms_invert_all_factors'][v]:.3f} |")
+    return rows
+
+
+def _change(new: float, old: float, unit: str, nd: int) -> str:
+    if math.isinf(new) or math.isinf(old):
+        return f"{_f(new, nd)} vs {_f(old, nd)} {unit}"
+    d = new - old
+    word = "the same" if abs(d) < 0.5 * 10 ** -nd else ("more" if d > 0 else "fewer")
+    return f"{new:.{nd}f} vs {old:.{nd}f} {unit} ({word})"
+
+
+def _split_text(payload: dict, key: str) -> str:
+    """The interpretation of one split row against the unsplit CNN THOR row, from the data."""
+    s, sp = payload["summary"], payload["timing_ms_per_step"]["split_cnn"]
+    base, row, v = s["cnn/thor"], s[key], key.split("/", 1)[1]
+    fb = sp["factors"][v]
+    dims = fb["A"] + fb["G"]
+    blocks = fb["A_blocks"] + fb["G_blocks"]
+    b = int(v.split("split=")[1])
+    flops = sum(d**3 for d in dims) / sum(n * min(d, b) ** 3 for d, n in zip(dims, blocks))
+    cpu, inv = sp["cpu_ms_per_step"], sp["cpu_ms_invert_all_factors"]
+    step = cpu[v] / cpu["thor"]
+    de = row["epochs_to_target_median"] - base["epochs_to_target_median"]
+    df = row["final_acc_median"] - base["final_acc_median"]
+    conv = ("converged as fast as" if de == 0 else
+            "was within one evaluation interval (0.5 epoch) of" if abs(de) <= 0.5 else
+            "converged faster than" if de < 0 else "converged more slowly than")
+    return (
+        f"`{v}` {conv} the unsplit row: "
+        f"{_change(row['epochs_to_target_median'], base['epochs_to_target_median'], 'epochs', 1)}"
+        f" to 90% ({row['reached_target']}/{len(row['seeds'])} vs {base['reached_target']}/"
+        f"{len(base['seeds'])} seeds reached), final accuracy {row['final_acc_median']:.3f} vs "
+        f"{base['final_acc_median']:.3f} ({df:+.3f}), inversions "
+        f"{_f(row['inversions_median'], 0)} vs {_f(base['inversions_median'], 0)} (a factor "
+        "counts once however many blocks it is cut into; the trace rule re-inverts a factor "
+        "when its trace moves, so the count can differ). Cost: the split cuts the Cholesky "
+        f"flops of a full refresh {flops:.1f}x (Σd³ over Σb³ of the blocks), and inverting all "
+        f"8 factors once took {inv[v]:.3f} vs {inv['thor']:.3f} ms of CPU "
+        f"({inv[v] / inv['thor']:.2f}x): blocks of one size are inverted in one batched call, "
+        + ("so at these sizes the per-call overhead, not the flops, sets the time. "
+           if inv[v] / inv["thor"] > 2 / flops else "and the time follows the flops. ")
+        + "The inverses are "
+        "applied as dense block-diagonal d×d matrices, so the every-step preconditioning costs "
+        f"the same; over a whole training step split is {step:.2f}x the unsplit CPU time "
+        f"({cpu[v]:.3f} vs {cpu['thor']:.3f} ms, {abs(1 - step) * 100:.0f}% "
+        f"{'less' if step < 1 else 'more'}): the inversions run only on refresh steps"
+        + (", so on this workload splitting is an approximation without a speed benefit worth "
+           "having; it can pay off only for factors far larger than these (inversion cost ∝ d³ "
+           "unsplit, d·b² split)." if step > 0.97 else "."))
+
+
+def split_section(payload: dict, table: Callable[[dict, list[str]], str]) -> list[str]:
+    """The "Matrix splitting (CNN)" part: rows, timing and an interpretation from the data."""
+    s = payload["summary"]
+    sp = payload["timing_ms_per_step"].get("split_cnn")
+    keys = [k for k in s if k.startswith("cnn/thor:split=")]
+    if not keys or sp is None or "cnn/thor" not in s:
+        return []
+    cnn = sp["factors"]["thor"]
+    same = sp.get("split_full_identical_to_main")
+    return [
+        "", "Matrix splitting (CNN). THOR inverts a factor larger than `split_dim` as "
+        "`split_dim`-sized diagonal blocks (MindSpore's hardware-driven split). **With the "
+        "default `split_dim=128` (MindSpore's GPU value) neither workload splits a factor** "
+        f"(CNN A {cnn['A']}, G {cnn['G']}; MLP A [41, 101, 101], G [100, 100, 10]), so every "
+        "other row is unsplit and the CNN THOR row *is* the unsplit (`split=full`) reference"
+        + ("" if same is None else
+           f" (a `thor:split=full` run of seed {payload['seeds'][0]} gave "
+           f"{'the identical' if same else 'a DIFFERENT'} accuracy curve)")
+        + "; the rows below are where splitting is exercised. One change from the CNN THOR "
+        "row (its lr / damping, same seeds); timing: interleaved 1-thread pass "
+        f"({sp['steps']} steps × {sp['repeats']} rounds from a fresh network, medians; "
+        "`split_cnn` in `thor.json`).",
+        "", table(s, ["cnn/thor", *keys]), "", *_split_timing_table(sp), "",
+        " ".join(_split_text(payload, k) for k in keys) + " Re-run only these rows "
+        "(~30 s, updates this section): `.venv/bin/python bench/thor.py --cnn-split`.",
+    ]
 
 
 RECIPE = """\

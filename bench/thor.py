@@ -38,6 +38,10 @@ Protocol of ``../shared/reference/thor_boost_anchors.md`` §4.4, on the 2 shared
   a step profile (CPU time of THOR's forward/backward and optimizer step on refresh and
   first-order steps). ``--only-timing`` (alias ``--only-threads``) re-runs just those passes
   (< 4 minutes) into ``thor.json`` and the docs, for an idle machine.
+- Matrix splitting: with ``split_dim`` 128 no factor of either workload is split (the main
+  rows are the unsplit reference); ``thor:split=32`` (CNN, 5 seeds, THOR's CNN lr/damping) cuts
+  the 76/126-wide A factors into 3/4 diagonal blocks, with an interleaved 1-thread timing pass
+  of split vs unsplit. ``--cnn-split`` runs just these rows (~30 s) into ``thor.json``.
 
 Run: ``.venv/bin/python bench/thor.py`` (~7 minutes on an idle 2-core machine), ``--quick``
 for a smoke run. Writes ``bench/results/thor.json`` and the THOR section of ``docs/benchmarks.md``.
@@ -843,6 +847,11 @@ ABLATIONS = [
     "thor:w=0/0",
     "thor:issue5",
 ]
+# Matrix splitting (issue #20): with split_dim 128 (MindSpore's GPU value, THOR's default) no
+# factor of either workload is split (CNN A 6/76/76/126, G 25/25/25/10; MLP <= 101), so the
+# main rows are the unsplit reference. thor:split=32 cuts every CNN factor above 32 into
+# diagonal blocks (76 -> 3, 126 -> 4); CNN THOR row's lr/damping, one change.
+SPLIT_ROWS = ["thor:split=32"]
 LABELS = {
     "asdl": "ASDL K-FAC (factors every step, EMA 0.95, inverse every 10)",
     "asdl10": "ASDL K-FAC (empirical Fisher, factors + inverse every 10 = THOR's cadence)",
@@ -1012,6 +1021,8 @@ def _only_timing(args: argparse.Namespace) -> None:
     timing = _timing(models, MAIN, False, args.timing_repeats)
     timing["thor_threads_interleaved"] = thread_pass(models, 200, 2 * args.timing_repeats)
     timing["step_profile"] = step_profile(models)
+    if "split_cnn" in old["timing_ms_per_step"]:  # the --cnn-split pass, not re-run here
+        timing["split_cnn"] = old["timing_ms_per_step"]["split_cnn"]
     payload = {k: v for k, v in old.items() if k not in ("benchmark", "machine", "date")}
     payload["timing_ms_per_step"] = {k: v for k, v in timing.items() if not k.endswith("_raw_s")}
     payload["timing_raw_s"] = {k: v for k, v in timing.items() if k.endswith("_raw_s")}
@@ -1023,6 +1034,73 @@ def _only_timing(args: argparse.Namespace) -> None:
         print(k, json.dumps(v))
     for k, v in payload["targets"].items():
         print(f"{k}: {v}")
+    print(f"-> {path} ({time.time() - t0:.0f} s)")
+
+
+def _factor_blocks(split_dim: int | None) -> dict[str, list[int]]:
+    """THOR's CNN factor sizes and the diagonal blocks each is inverted in at ``split_dim``."""
+    opt, _ = build("thor", make_net("cnn"), 20, _opts("cnn", "thor"))
+    dims = {"A": [lf.a_dim for lf in opt.layers], "G": [lf.g_dim for lf in opt.layers]}
+    blocks = {k + "_blocks": [1 if split_dim is None or d <= split_dim else -(-d // split_dim)
+                              for d in v] for k, v in dims.items()}
+    return {**dims, **blocks}
+
+
+def split_timing(steps: int, repeats: int) -> dict:
+    """1-thread CPU ms/step of CNN THOR unsplit vs split (interleaved), and the CPU ms of one
+    inversion of all 8 CNN factors (the refresh's Cholesky work) at each split."""
+    from lit_amp.optim.thor.factors import invert_factors
+
+    torch.set_num_threads(1)
+    variants = ["thor", *SPLIT_ROWS]
+    times = _timed({v: _timing_fn("cnn", v, steps) for v in variants}, repeats)
+    out: dict[str, Any] = {
+        "steps": steps, "repeats": repeats,
+        "cpu_ms_per_step": {v: 1000 * statistics.median(t["cpu"]) / steps
+                            for v, t in times.items()},
+        "wall_ms_per_step": {v: 1000 * statistics.median(t["wall"]) / steps
+                             for v, t in times.items()}}
+    dims = _factor_blocks(None)
+    gen = torch.Generator().manual_seed(0)
+    mats = []
+    for d in dims["A"] + dims["G"]:
+        x = torch.randn(4 * d, d, generator=gen)
+        mats.append(x.T @ x / (4 * d))
+    splits = {"thor": 128, **{v: int(v.split("split=")[1]) for v in SPLIT_ROWS}}
+    inv = _timed({v: (lambda sd=sd: [invert_factors(mats, 0.17, sd) for _ in range(20)])
+                  for v, sd in splits.items()}, 2 * repeats)
+    out["cpu_ms_invert_all_factors"] = {v: 1000 * statistics.median(t["cpu"]) / 20
+                                        for v, t in inv.items()}
+    out["factors"] = {v: _factor_blocks(sd) for v, sd in splits.items()}
+    return out
+
+
+def _only_split(args: argparse.Namespace) -> None:
+    """Run only the CNN matrix-splitting rows (``SPLIT_ROWS``, the reported seeds) and their
+    timing pass; merge them into ``thor.json`` and rewrite the docs section (~30 s)."""
+    import json
+
+    from _common import RESULTS
+
+    t0, load0 = time.time(), os.getloadavg()
+    old = json.loads((RESULTS / "thor.json").read_text())
+    seeds = old["seeds"]
+    runs = run_set(["cnn"], SPLIT_ROWS, seeds, False)
+    # split=full vs the unsplit main row, one seed: identical trajectories (no factor > 128)
+    same = [train("cnn", v, seeds[0], _budget("cnn", v, False), _opts("cnn", v))["acc_curve"]
+            for v in ("thor", "thor:split=full")]
+    timing = split_timing(200, 2 * args.timing_repeats)
+    timing["split_full_identical_to_main"] = same[0] == same[1]
+    timing["environment"] = environment(load0)
+    keep = [r for r in old["runs"] if not (r["model"] == "cnn" and r["variant"] in SPLIT_ROWS)]
+    payload = {k: v for k, v in old.items() if k not in ("benchmark", "machine", "date")}
+    payload["runs"] = keep + runs
+    payload["summary"] = summarize(payload["runs"])
+    payload["timing_ms_per_step"] = {**old["timing_ms_per_step"], "split_cnn": timing}
+    path = write_result("thor", payload)
+    write_doc({**payload, "machine": old["machine"], "date": old["date"]})
+    print(table(payload["summary"], ["cnn/thor", *[f"cnn/{v}" for v in SPLIT_ROWS]]))
+    print(json.dumps({k: v for k, v in timing.items() if k != "factors"}))
     print(f"-> {path} ({time.time() - t0:.0f} s)")
 
 
@@ -1047,6 +1125,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only-timing", "--only-threads", action="store_true",
                     help="re-run only the 1/2-thread timing passes (< 3 min) into thor.json and "
                          "the docs (for an idle machine)")
+    ap.add_argument("--cnn-split", action="store_true",
+                    help="run only the CNN matrix-splitting rows (thor:split=32, 5 seeds) and "
+                         "their timing pass into thor.json and the docs (~30 s)")
     ap.add_argument("--report-only", action="store_true",
                     help="recompute the summary, targets and docs section from thor.json")
     args = ap.parse_args(argv)
@@ -1069,6 +1150,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.only_timing:
         _only_timing(args)
         return
+    if args.cnn_split:
+        _only_split(args)
+        return
     seeds = SEEDS[: args.seeds]
     models = args.models.split(",")
     load0 = os.getloadavg()
@@ -1078,11 +1162,17 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_ablations and "mlp" in models:
         print("ablations", flush=True)
         runs += run_set(["mlp"], ABLATIONS, seeds, args.quick)
+    if not args.no_ablations and "cnn" in models:
+        print("matrix splitting (CNN)", flush=True)
+        runs += run_set(["cnn"], SPLIT_ROWS, seeds, args.quick)
     print("timing pass", flush=True)
     timing = _timing(models, MAIN, args.quick, args.timing_repeats)
     timing["thor_threads_interleaved"] = thread_pass(models, 30 if args.quick else 200,
                                                      2 if args.quick else 2 * args.timing_repeats)
     timing["step_profile"] = step_profile(models, 30 if args.quick else 200)
+    if not args.no_ablations and "cnn" in models:
+        timing["split_cnn"] = split_timing(30 if args.quick else 200,
+                                           2 if args.quick else 2 * args.timing_repeats)
     torch.set_num_threads(args.threads)
     summary = summarize(runs)
     tg = targets(summary, timing)
