@@ -74,6 +74,28 @@ def is_rank_zero(cb_params: dict) -> bool:
     return cb_params.get("rank", 0) == 0
 
 
+def reduce_device() -> torch.device:
+    """Where a collective of the default process group runs: the current CUDA device under
+    NCCL, else the CPU."""
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` is set on any process of an initialized torch.distributed group (one
+    all-reduce); ``flag`` itself without one."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
+        return bool(flag)
+    t = torch.tensor([int(flag)], dtype=torch.int32, device=reduce_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def reduce_mean(value: float) -> float:
     """All-reduce ``value`` to its mean over the processes of an initialized torch.distributed.
 
@@ -87,10 +109,7 @@ def reduce_mean(value: float) -> float:
     world = dist.get_world_size()
     if world <= 1:
         return value
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    t = torch.tensor([float(value)], dtype=torch.float64, device=reduce_device())
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return float(t.item()) / world
 

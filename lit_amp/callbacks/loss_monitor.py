@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lit_amp._validation import check_int
-from lit_amp.callbacks._utils import handle_loss, is_finite, is_rank_zero
+from lit_amp.callbacks._utils import handle_loss, is_finite, is_rank_zero, reduce_device
 from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["LossMonitor"]
@@ -27,10 +27,7 @@ def _invalid_loss_ranks(invalid: bool) -> list[int]:
     import torch
     import torch.distributed as dist
 
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    flags = torch.zeros(dist.get_world_size(), dtype=torch.int32, device=device)
+    flags = torch.zeros(dist.get_world_size(), dtype=torch.int32, device=reduce_device())
     flags[dist.get_rank()] = int(invalid)
     dist.all_reduce(flags, op=dist.ReduceOp.SUM)
     return [r for r, f in enumerate(flags.tolist()) if f]

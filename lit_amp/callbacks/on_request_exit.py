@@ -9,11 +9,9 @@ import threading
 from types import FrameType
 from typing import Any
 
-import torch
-
 from lit_amp._io import load_checkpoint, save_checkpoint
 from lit_amp._validation import check_bool, check_str
-from lit_amp.callbacks._utils import is_rank_zero
+from lit_amp.callbacks._utils import any_rank, is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["OnRequestExit"]
@@ -167,14 +165,7 @@ class OnRequestExit(Callback):
         """Under DDP, stop everywhere if the signal reached any process; then request it."""
         cb = run_context.original_args()
         if int(cb.get("device_number", 1) or 1) > 1:
-            dist = torch.distributed
-            if dist.is_available() and dist.is_initialized():
-                device = torch.device("cpu")
-                if dist.get_backend() == "nccl":
-                    device = torch.device("cuda", torch.cuda.current_device())
-                flag = torch.tensor([int(self.exit)], dtype=torch.int32, device=device)
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                self.exit = bool(flag.item())
+            self.exit = any_rank(self.exit)
         if self.exit:
             run_context.request_stop()
 
