@@ -344,9 +344,8 @@ class Model:
 
     def _device_hint(self) -> torch.device:
         acc = self._trainer_kwargs.get("accelerator", "auto")
-        if torch.cuda.is_available() and acc in ("auto", "gpu", "cuda"):
-            return torch.device("cuda")
-        return torch.device("cpu")
+        return torch.device("cuda" if torch.cuda.is_available() and acc in ("auto", "gpu", "cuda")
+                            else "cpu")
 
     # ------------------------------------------------------------------ eval
     def eval(
@@ -392,16 +391,17 @@ class Model:
 
     # ------------------------------------------------------------------ predict
     def predict(self, *predict_data: Any) -> Any:
-        """Run the predict network (eval mode, no gradients) on the given inputs.
-
-        Returns:
-            The network's raw output.
-        """
-        device = self._device_hint()
+        """The network's raw output on the inputs (eval mode, no gradients), on the device the
+        Model trains on (Lightning leaves the network on the CPU after a call: it moves back)."""
         self._apply_amp()
-        net = self._network
+        net, dev = self._network, self._device_hint()
+        if self.trainer is not None and self.trainer.strategy.root_device.type == "cuda":
+            dev = self.trainer.strategy.root_device  # the GPU it trained on
         p = next(net.parameters(), None)
-        dev = p.device if p is not None else device
+        if p is not None and type(p.data) is not torch.Tensor:  # DTensor shards (FSDP2)
+            dev = p.device
+        else:
+            net.to(dev)
         inputs = [x.to(dev) if torch.is_tensor(x) else x for x in predict_data]
         net.eval()
         with torch.no_grad():

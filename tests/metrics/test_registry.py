@@ -191,15 +191,3 @@ def test_metric_value_to_python():
     assert metric_value_to_python((torch.tensor(1.0), [torch.tensor([2.0])]))[0] == 1.0
     assert metric_value_to_python({"a": np.float64(0.5)}) == {"a": 0.5}
     assert metric_value_to_python("x") == "x"
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_metrics_on_cuda():
-    for name in ("acc", "precision", "F1", "top_1_accuracy", "auc", "mae"):
-        m = get_metric_fn(name).to("cuda")
-        labels = torch.tensor([0, 1, 1, 0, 0, 1], device="cuda")
-        m.update(torch.tensor(LOGITS[:, :2], device="cuda"), labels)
-        assert metric_value_to_python(m.compute()) is not None
-    loss = Loss().to("cuda")
-    loss.update(torch.tensor([1.0, 3.0], device="cuda"))
-    assert value(loss) == 2.0
