@@ -41,6 +41,7 @@ from lit_amp.model._lightning import (
     mean_over_ranks,
 )
 from lit_amp.model.data import NO_BATCH, as_batch_tuple
+from lit_amp.model.graph_sink import SinkGraph, check_sink_graph
 from lit_amp.model.lit_state import CheckpointStateMixin
 from lit_amp.model.sharding import (
     broadcast_buffers,
@@ -142,6 +143,9 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         self._eval_loss_n = 0
         self.last_eval_results: dict[str, Any] = {}
         self.sink_mode = False
+        self.sink_graph = False  # opt-in: a forward's Python runs once, at capture
+        # the SinkGraph of the current train call; the latest one's status (not registered)
+        self.__dict__["_sink_graph_run"] = self.__dict__["_sink_graph_status"] = None
         self._fast = False
         self._lopt: Any = None
         self._ddp: Any = None  # the DistributedDataParallel wrapper while training under DDP
@@ -242,6 +246,38 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
     @sink_mode.setter
     def sink_mode(self, value: bool) -> None:
         self._sink = bool(value)
+
+    @property
+    def sink_graph(self) -> bool | str:
+        """Whether a sink's train steps replay one captured CUDA graph (CUDA only).
+
+        ``False`` (default) or ``"off"``: never; ``"auto"``: when
+        :func:`~lit_amp.model.graph_sink.plan_sink_graph` allows it; ``True``: always (a
+        RuntimeError names what prevents it). Opt in only for a network whose forward has no
+        host-side state (Python in the forward runs once, at capture). See
+        :mod:`lit_amp.model.graph_sink`.
+
+        Example:
+            >>> lit = LitModel(nn.Linear(2, 2))
+            >>> lit.sink_graph = "off"
+            >>> lit.sink_graph
+            'off'
+        """
+        return self._sink_graph
+
+    @sink_graph.setter
+    def sink_graph(self, value: bool | str) -> None:
+        self._sink_graph = check_sink_graph(value)
+
+    @property
+    def sink_graph_status(self) -> dict[str, Any]:
+        """The latest train call's sink graph: ``{"captured", "reason", "replayed_steps",
+        "eager_steps", "captures"}`` (see :class:`~lit_amp.model.graph_sink.SinkGraph`)."""
+        run = self.__dict__.get("_sink_graph_status")
+        if run is None:
+            return {"captured": False, "reason": "no sink has run", "replayed_steps": 0,
+                    "eager_steps": 0, "captures": 0}
+        return run.status
 
     # the pre-1.0 private spelling, kept while other modules move to ``sink_mode``
 
@@ -389,6 +425,8 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         self.epoch_offset = 0  # Model.train's offset ends with its run
 
     def on_train_start(self) -> None:
+        self._release_sink_graph()
+        self.__dict__["_sink_graph_status"] = None
         self._lopt = self.optimizers() if self._optimizer is not None else None
         self._fast = fast_path_ok(self.trainer)
         if self._trainer_grad["accumulate"] > 1:
@@ -403,9 +441,16 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         self.__dict__["_ddp"] = self._ddp_module()
 
     def on_train_end(self) -> None:
+        self._release_sink_graph()
         self._lopt = None
         self._broadcast_buffers()
         self._ddp = None
+
+    def _release_sink_graph(self) -> None:
+        run = self.__dict__.get("_sink_graph_run")
+        self.__dict__["_sink_graph_run"] = None
+        if run is not None:
+            run.release()
 
     def _broadcast_buffers(self) -> None:
         """Under DDP, rank 0's buffers to every rank (what DDP does before each forward).
@@ -574,11 +619,14 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
             # (in sink mode the sinks are one continuous stream of steps, as in MindSpore)
             self._epoch_last_batch = self._at_epoch_end(batch_idx)
         if self.sink_mode:
-            out: dict[str, Any] = {}
-            # the sink: sink_size steps in one tight loop, batches drawn (and moved) one by one
+            # the sink: sink_size steps in one tight loop, batches drawn (and moved) one by one,
+            # replayed as one CUDA graph where allowed (lit_amp.model.graph_sink)
             steps = batch.batches(self.device) if hasattr(batch, "batches") else batch
-            for b in steps:
-                out = self.train_one_step(b)
+            run = self.__dict__.get("_sink_graph_run")
+            if run is None:
+                run = self.__dict__["_sink_graph_run"] = SinkGraph(self, self.device)
+                self.__dict__["_sink_graph_status"] = run
+            out = run.run(steps)
         else:
             out = self.train_one_step(batch)
         if self.log_train_loss and torch.is_tensor(out.get("loss")):
