@@ -1,24 +1,25 @@
-"""The one place where lit_amp turns a Hydra config node into an object.
+"""The one place where lit_amp turns a Hydra config node into an object, and the target check.
 
 Every ``_target_`` that lit_amp builds (by ``lit-amp`` and its tests) goes through
-:func:`instantiate`. Hydra 1.4 deprecates resolving a config-selected ``_target_`` without an
-execution whitelist and Hydra 1.5 makes it an error; framework code is asked to whitelist its
-own targets around its internal instantiate calls. This helper feature-detects the whitelist API
-of the installed Hydra and passes :data:`TRUSTED_TARGETS` (``lit_amp.*``, ``lightning.*``,
-``torch.*``, ``torchmetrics.*``) plus any patterns the caller adds; with Hydra 1.3 (no whitelist)
-it calls ``hydra.utils.instantiate`` as it is.
+:func:`instantiate`, and only what :mod:`lit_amp.cli.allowlist` allows is built: lit_amp's
+public classes and factories, ``torch.nn`` / ``torch.optim`` classes, Lightning's Trainer,
+callbacks, loggers, strategies, plugins, profilers and accelerators, torchmetrics metrics, and
+what the user lists in ``extra_trusted_targets`` (never a private name, a loader that unpickles,
+nor code or shell access). Each target is checked on its string before anything is imported,
+then on the object it resolves to. Three checkpoints:
 
-Hydra 1.3 has no whitelist, so lit_amp enforces its own: :func:`check_targets` walks a config
-node before anything is built and refuses (with :class:`~lit_amp.cli.schema.ConfigError`) every
-``_target_`` that matches no trusted pattern, and every target in :data:`DENIED_TARGETS` even
-under a trusted prefix: loaders that unpickle (``torch.load``, ``lit_amp.load_checkpoint``, a
-``load_from_checkpoint``), code loaders (``torch.hub``, ``torch.jit``, ``torch.package``), and
-process / shell access. :func:`check_command_line` applies the same rules to the command line
-before Hydra runs anything (Hydra itself instantiates ``hydra.callbacks`` at start-up).
+- :func:`check_command_line`: ``_target_`` overrides on the command line, before Hydra starts;
+- :func:`guard_composition` (around the Hydra app): every config Hydra composes, before Hydra
+  builds its own ``hydra.callbacks``, launcher, sweeper and logging handlers from it (a shared
+  experiment YAML can set them);
+- :func:`check_targets`: a config node, all of it before anything is built (``build(cfg)``
+  and :func:`instantiate`).
 
 A user's own classes (``model.network._target_=my_pkg.MyNet``) are application targets: list them
-in the config key ``extra_trusted_targets`` (``lit-amp '+extra_trusted_targets=[my_pkg.*]'``) and
-``lit-amp`` forwards them here.
+in the config key ``extra_trusted_targets`` (``lit-amp '+extra_trusted_targets=[my_pkg.*]'``).
+Hydra 1.4 deprecates resolving a config-selected ``_target_`` without an execution whitelist;
+where the installed Hydra has one, :func:`instantiate` passes it :data:`TRUSTED_TARGETS` (the
+packages) plus those patterns; Hydra 1.3 has none and lit_amp's own check is the only one.
 
 Example:
     >>> net = instantiate({"_target_": "torch.nn.Linear", "in_features": 2, "out_features": 3})
@@ -32,37 +33,30 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import fnmatch
+import copy
 import inspect
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+from lit_amp.cli.allowlist import DENIED_TARGETS, refusal
 
 __all__ = [
     "DENIED_TARGETS",
     "HYDRA_TARGETS",
     "TRUSTED_TARGETS",
     "check_command_line",
+    "check_config",
     "check_targets",
+    "guard_composition",
     "instantiate",
     "whitelist_support",
 ]
 
-#: Target patterns lit_amp trusts in its own configs (fnmatch-style, as Hydra 1.4 documents).
+#: The packages configs build from (Hydra >= 1.4's whitelist); :mod:`~lit_amp.cli.allowlist`
+#: decides within them.
 TRUSTED_TARGETS: tuple[str, ...] = ("lit_amp.*", "lightning.*", "torch.*", "torchmetrics.*")
-
-#: Targets refused even under a trusted prefix (fnmatch patterns, matched case-insensitively):
-#: they unpickle files, load code, or reach the shell.
-DENIED_TARGETS: tuple[str, ...] = (
-    "*.load", "*.load_*", "*load_checkpoint*", "*load_from_checkpoint", "*.loads",
-    "*pickle*", "*dill*", "*marshal*", "*shelve*", "torch.serialization.*", "torch.hub.*",
-    "torch.jit.*", "torch.package.*", "torch.utils.cpp_extension.*", "torch._*",
-    "torch.multiprocessing.*", "torch.distributed.*", "torch.compile", "*.eval", "*.exec",
-    "*.compile", "*__import__*", "*importlib*", "builtins.*", "os.*", "posix.*", "subprocess.*",
-    "shutil.*", "sys.*", "runpy.*", "lit_amp._*", "lit_amp.cli.main", "lit_amp.__main__*",
-)
-#: What Hydra itself may build from a command-line ``hydra.*`` override (callbacks, launchers,
-#: sweepers and their samplers); torch's and Lightning's names have no business there.
+#: The packages of what Hydra itself builds from ``hydra.*`` (callbacks, launchers, sweepers).
 HYDRA_TARGETS: tuple[str, ...] = (
     "lit_amp.cli.*", "hydra.*", "hydra_plugins.*", "optuna.samplers.*", "optuna.pruners.*",
 )
@@ -71,6 +65,9 @@ HYDRA_TARGETS: tuple[str, ...] = (
 # a context manager, or a reserved instantiate keyword.
 _CONTEXT_NAMES = ("execution_whitelist", "target_whitelist")
 _KWARG_NAMES = ("_execution_whitelist_", "_target_whitelist_")
+# logging.config.dictConfig's factory keys, and the only external objects it may name
+_LOGGING_KEYS = ("()", "class")
+_LOGGING_EXT = ("ext://sys.stdout", "ext://sys.stderr")
 
 
 def _hydra_instantiate() -> Callable[..., Any]:
@@ -105,63 +102,89 @@ def whitelist_support() -> tuple[str, str] | None:
     return None
 
 
-def _target_error(target: str, where: str, patterns: Sequence[str]) -> Any:
+def _target_error(target: Any, where: str, why: str, scope: str = "config") -> Exception:
     from lit_amp.cli.schema import ConfigError
 
-    if _denied(target):
+    what = f"the {'logging factory' if scope == 'logging' else '_target_'} {target!r}"
+    if why.startswith("refused"):
+        hint = (" Load weights with ckpt_path=<file> (read with weights_only=True) instead."
+                if re.search("load|pickle", str(target).lower()) else "")
         return ConfigError(
-            f"lit-amp: the _target_ {target!r} at '{where}' is refused: it can unpickle files, "
-            "load code or reach the shell. Load weights with ckpt_path=<file> (read with "
-            "weights_only=True) instead."
+            f"lit-amp: {what} at '{where}' is {why}; extra_trusted_targets cannot allow it.{hint}"
         )
+    if why.startswith("not found"):
+        return ConfigError(f"lit-amp: {what} at '{where}' is {why}.")
     return ConfigError(
-        f"lit-amp: the _target_ {target!r} at '{where}' is not trusted: lit-amp builds only "
-        f"targets matching {list(patterns)}. For your own classes add a pattern: "
-        f"lit-amp '+extra_trusted_targets=[my_pkg.*]' (or extra_trusted_targets in a config)."
+        f"lit-amp: {what} at '{where}' is {why}. For your own classes add a pattern: "
+        "lit-amp '+extra_trusted_targets=[my_pkg.*]' (or extra_trusted_targets in a config)."
     )
 
 
-def _denied(target: str) -> bool:
-    low = target.lower()
-    return any(fnmatch.fnmatchcase(low, p.lower()) for p in DENIED_TARGETS)
+def _check(target: Any, where: str, scope: str, extra: Sequence[str], resolve: bool) -> None:
+    why = refusal(target, scope, extra, resolve=resolve)
+    if why:
+        raise _target_error(target, where, why, scope)
 
 
-def _allowed(target: str, patterns: Sequence[str]) -> bool:
-    return not _denied(target) and any(fnmatch.fnmatchcase(target, p) for p in patterns)
-
-
-def _walk_targets(node: Any, where: str) -> Iterator[tuple[str, Any]]:
+def _items(node: Any, where: str) -> Iterator[tuple[str, str, Any]]:
+    """``(key, path, value)`` of a mapping or list node's entries, interpolations resolved
+    (a value that does not resolve yet, ``${hydra:...}`` before the job, is ``_UNRESOLVED``)."""
     from omegaconf import DictConfig, ListConfig
 
     if isinstance(node, (DictConfig, dict)):
-        keys = list(node.keys())
-        for key in keys:
+        for key in list(node.keys()):
             path = f"{where}.{key}" if where else str(key)
             try:
                 value = node[key]
             except Exception:  # noqa: BLE001 - an interpolation not resolvable here
-                if key == "_target_":
-                    raise
-                continue
-            if key == "_target_":
-                yield path, value
-            else:
-                yield from _walk_targets(value, path)
+                value = _UNRESOLVED
+            yield str(key), path, value
     elif isinstance(node, (ListConfig, list, tuple)):
-        for i, value in enumerate(node):
-            yield from _walk_targets(value, f"{where}[{i}]")
+        for i in range(len(node)):
+            try:
+                value = node[i]
+            except Exception:  # noqa: BLE001 - as above
+                value = _UNRESOLVED
+            yield "", f"{where}[{i}]", value
 
 
-def check_targets(config: Any, trusted: Sequence[str] = (), where: str = "") -> None:
-    """Refuse a config node whose ``_target_`` s are not all trusted (nothing is built).
+_UNRESOLVED = object()
+
+
+def _walk_targets(node: Any, where: str) -> Iterator[tuple[str, Any]]:
+    for key, path, value in _items(node, where):
+        if key == "_target_":
+            yield path, ("<an unresolvable interpolation>" if value is _UNRESOLVED else value)
+        elif value is not _UNRESOLVED:
+            yield from _walk_targets(value, path)
+
+
+def _walk_logging(node: Any, where: str) -> Iterator[tuple[str, Any]]:
+    for key, path, value in _items(node, where):
+        if key in _LOGGING_KEYS or (isinstance(value, str) and value.startswith("ext://")):
+            yield path, value
+        elif value is not _UNRESOLVED:
+            yield from _walk_logging(value, path)
+
+
+def check_targets(
+    config: Any, trusted: Sequence[str] = (), where: str = "", *, scope: str = "config",
+    resolve: bool = True,
+) -> None:
+    """Refuse a config node whose ``_target_`` s are not all allowed (nothing is built).
 
     Args:
         config: a config node (DictConfig, dict, list) to walk, nested nodes included.
-        trusted: fnmatch patterns trusted besides :data:`TRUSTED_TARGETS`.
+        trusted: ``extra_trusted_targets`` patterns (fnmatch, starting with a package name).
         where: the node's key, for messages.
+        scope: ``"config"`` (the job's nodes) or ``"hydra"`` (``hydra.*``); see
+            :mod:`lit_amp.cli.allowlist`.
+        resolve: also check the objects the targets resolve to (imports them once their
+            names passed); False checks the names alone.
 
     Raises:
-        ConfigError: a target matches no trusted pattern, or matches :data:`DENIED_TARGETS`.
+        ConfigError: a target the allowlist does not admit, naming it, its key and the way to
+            allow one's own classes.
 
     Example:
         >>> check_targets({"net": {"_target_": "torch.nn.Linear"}})
@@ -170,27 +193,97 @@ def check_targets(config: Any, trusted: Sequence[str] = (), where: str = "") -> 
         ...
         lit_amp.cli.schema.ConfigError: lit-amp: the _target_ 'torch.load' ... is refused: ...
     """
-    patterns = tuple(dict.fromkeys((*TRUSTED_TARGETS, *trusted)))
     for path, target in _walk_targets(config, where):
-        if not isinstance(target, str) or not _allowed(target, patterns):
-            raise _target_error(str(target), path, patterns)
+        _check(target, path, scope, trusted, resolve)
+
+
+def _patterns(cfg: Any) -> list[str]:
+    try:
+        return [str(p) for p in (cfg.get("extra_trusted_targets") or [])]
+    except Exception:  # noqa: BLE001 - an unresolvable value: no extra trust
+        return []
+
+
+def check_config(cfg: Any, *, resolve: bool = False) -> None:
+    """Check a whole composed config: the job's targets, and what Hydra builds from ``hydra``.
+
+    ``hydra.*`` ``_target_`` s are checked as Hydra callbacks / plugins / Optuna samplers, and
+    ``hydra.job_logging`` / ``hydra.hydra_logging`` factories (``()`` / ``class``) as logging
+    handlers, formatters and filters (``ext://`` only to ``sys.stdout`` / ``sys.stderr``),
+    importing what they name; the job's targets by name (``resolve=False``: composing imports
+    neither torch nor Lightning) or also by object.
+
+    Raises:
+        ConfigError: the first target that is not allowed.
+    """
+    extra = _patterns(cfg)
+    for key in list(cfg.keys()):
+        if key != "hydra":
+            check_targets(cfg._get_node(key), extra, str(key), resolve=resolve)
+    hydra_node = cfg.get("hydra") if "hydra" in cfg else None
+    if hydra_node is None:
+        return
+    for key in list(hydra_node.keys()):
+        node, where = hydra_node._get_node(key), f"hydra.{key}"
+        if key in ("job_logging", "hydra_logging"):
+            for path, value in _walk_logging(node, where):
+                if isinstance(value, str) and value.startswith("ext://"):
+                    if value not in _LOGGING_EXT:
+                        raise _target_error(value, path, "not trusted: ext:// may name only "
+                                            f"{' or '.join(_LOGGING_EXT)}", "logging")
+                else:
+                    _check(value, path, "logging", extra, True)
+        else:
+            check_targets(node, extra, where, scope="hydra")
+
+
+@contextlib.contextmanager
+def guard_composition() -> Iterator[None]:
+    """Check every config Hydra composes inside the block with :func:`check_config`.
+
+    Hydra builds ``hydra.callbacks``, its launcher and sweeper and configures logging from the
+    composed config before lit_amp's task runs, so ``lit-amp`` wraps Hydra's config loader for
+    the duration of the app; a config that names a target not allowed stops there, with
+    nothing built. (A Hydra without that loader is not guarded; ``build(cfg)`` still checks
+    the job's targets.)
+    """
+    try:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    except ImportError:  # pragma: no cover - a future Hydra
+        yield
+        return
+    original = ConfigLoaderImpl.load_configuration
+
+    def load_configuration(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cfg = original(self, *args, **kwargs)
+        check_config(cfg)
+        return cfg
+
+    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ConfigLoaderImpl.load_configuration = original  # type: ignore[method-assign]
 
 
 _TARGET_IN_VALUE = re.compile(r"_target_['\"]?\s*[:=]\s*['\"]?([^'\",}\s\]]+)")
+_SWEEP = re.compile(r"^\s*(choice|shuffle)\((.*)\)\s*$")
 
 
 def check_command_line(argv: Sequence[str]) -> None:
-    """Refuse untrusted ``_target_`` s given as command-line overrides, before Hydra starts.
+    """Refuse ``_target_`` s given as command-line overrides that are not allowed, before Hydra.
 
-    ``key._target_=value`` overrides and ``_target_`` s inside dict values are checked against
-    :data:`TRUSTED_TARGETS` (``hydra.*`` keys against :data:`HYDRA_TARGETS`) plus the
-    patterns of an ``extra_trusted_targets=[...]`` override; denied targets are always refused.
+    ``key._target_=value`` overrides (each value of a ``a,b`` / ``choice(a,b)`` sweep) and
+    ``_target_`` s inside dict values are checked by name against the allowlist
+    (``hydra.*`` keys against Hydra's own), with the patterns of an
+    ``extra_trusted_targets=[...]`` override. Nothing is imported: the objects are checked
+    once Hydra composed the config (:func:`guard_composition`, ``build``).
 
     Args:
         argv: the command line without the program.
 
     Raises:
-        ConfigError: an untrusted or denied target.
+        ConfigError: a target that is not allowed.
 
     Example:
         >>> check_command_line(["model.network._target_=torch.nn.Linear", "amp=O2"])
@@ -208,13 +301,14 @@ def check_command_line(argv: Sequence[str]) -> None:
     for arg in overrides:
         key, _, value = arg.partition("=")
         bare = key.lstrip("+~")
-        trusted = HYDRA_TARGETS if bare.startswith("hydra") else TRUSTED_TARGETS
-        patterns = (*trusted, *extra)
-        targets = [value.strip(" '\"")] if bare.endswith("_target_") else []
+        scope = "hydra" if bare.startswith("hydra") else "config"
+        targets: list[str] = []
+        if bare.endswith("_target_"):
+            sweep = _SWEEP.match(value)
+            targets += (sweep.group(2) if sweep else value).split(",")
         targets += _TARGET_IN_VALUE.findall(value)
         for target in targets:
-            if not _allowed(target, patterns):
-                raise _target_error(target, key, patterns)
+            _check(target.strip(" '\""), key, scope, extra, False)
 
 
 @contextlib.contextmanager
@@ -222,25 +316,40 @@ def _no_context() -> Iterator[None]:
     yield
 
 
+def _resolved(config: Any) -> Any:
+    """A resolved copy of an OmegaConf node, as Hydra's instantiate makes it: the targets
+    checked are the ones built, whatever a resolver would return a second time."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.is_config(config):
+        return config
+    node = copy.deepcopy(config)
+    node._set_flag(["allow_objects", "struct", "readonly"], [True, False, False])
+    node._set_parent(config._get_parent())
+    OmegaConf.resolve(node)
+    return node
+
+
 def instantiate(
     config: Any, *args: Any, trusted: Sequence[str] = (), **kwargs: Any
 ) -> Any:
-    """``hydra.utils.instantiate`` with lit_amp's target whitelist where Hydra supports one.
+    """``hydra.utils.instantiate`` of a node whose every ``_target_`` the allowlist admits.
 
     Args:
         config: a config node (DictConfig, dict, ListConfig) with ``_target_`` entries.
         *args: positional arguments for the target (after the config's ``_args_``).
-        trusted: extra fnmatch patterns to whitelist besides :data:`TRUSTED_TARGETS`.
+        trusted: ``extra_trusted_targets`` patterns (see :mod:`lit_amp.cli.allowlist`).
         **kwargs: call-site arguments; they override the config's values, as in Hydra.
 
     Returns:
         What the target returns (a ``functools.partial`` when ``_partial_: true``).
 
     Raises:
-        hydra.errors.InstantiationException: the target cannot be imported or its call failed;
-            Hydra's message names the target and the config key.
-        ConfigError: a ``_target_`` in ``config`` is not trusted (see :func:`check_targets`).
+        hydra.errors.InstantiationException: the target's call failed; Hydra's message names
+            the target and the config key.
+        ConfigError: a ``_target_`` in ``config`` is not allowed (see :func:`check_targets`).
     """
+    config = _resolved(config)
     check_targets(config, trusted)
     patterns = tuple(dict.fromkeys((*TRUSTED_TARGETS, *trusted)))
     hydra_instantiate = _hydra_instantiate()
@@ -255,3 +364,4 @@ def instantiate(
     ctx = getattr(hu, name, None)
     with ctx(patterns) if ctx is not None else _no_context():
         return hydra_instantiate(config, *args, **kwargs)
+
