@@ -333,7 +333,8 @@ class OnlineLoop(MindSporeCallbackBridge):
         if self.stream.agreed_stop:
             return "peer_stopped"
         if self.stream.exhausted:
-            # what the source says about its end (SocketSource: a reset is not a clean end)
+            # what the source says about its end (StreamSource.end_reason: a reset is not a
+            # clean end, an idle stop is "idle_timeout"); a plain iterable has none
             for obj in (self.stream.source, self.stream.dataset):
                 why = getattr(obj, "end_reason", None)
                 if isinstance(why, str) and why != "stopped":

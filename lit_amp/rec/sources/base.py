@@ -14,6 +14,15 @@ you want a DataLoader). Besides iteration it promises:
   while the stream is quiet).
 - malformed records are counted (``malformed``), logged and written to a dead-letter file
   with their position (:class:`DeadLetterFile`), never raised and never dropped silently.
+  Every source parses a record through one path, :meth:`StreamSource._parse_record`: whatever
+  the record makes the parser raise (bad JSON, ``None``, nesting too deep for the decoder,
+  invalid UTF-8, a wrong type, a number out of range) dead-letters that record alone. When
+  the dead-letter file cannot be written (a read-only folder) the records go to the log.
+- ``end_reason`` says why the last pass of ``__iter__`` ended: ``"source_exhausted"`` (the
+  data ended: end marker, clean close, ``num_records``), ``"idle_timeout"`` (``max_idle_s``
+  spent waiting for data; time the consumer spends on a yielded batch never counts),
+  ``"stopped"`` (the idle hook asked to stop), ``"connection_reset"`` /
+  ``"connection_error"`` (restart to resume); None before the end of a pass.
 """
 
 from __future__ import annotations
@@ -114,10 +123,16 @@ class DeadLetterFile:
         self.path = None if path is None else os.fspath(path)
         self.source = source
         self.count = 0
+        self.unwritable = False  # a write to ``path`` failed: records go to the log
         self._lock = threading.Lock()
 
     def write(self, position: dict[str, Any], error: str, record: Any) -> None:
-        """Record one malformed record (never raises on a bad record)."""
+        """Record one malformed record; never raises.
+
+        If the file cannot be written (a read-only folder, a full disk, a path under a
+        file), the record is logged at WARNING with its content instead, still counted, and
+        one WARNING names the path and the error; later records try the file again.
+        """
         raw = record if isinstance(record, str) else _to_text(record)
         if len(raw) > _RAW_MAX:
             raw = raw[:_RAW_MAX] + "...(truncated)"
@@ -127,9 +142,34 @@ class DeadLetterFile:
             self.count += 1
             n = self.count
         if self.path is None:  # no file: every record goes to the log, with its content
-            log.warning(
-                "%s: malformed record at %s: %s; record: %r", self.source, position, error, raw
-            )
+            self._log_record(position, error, raw)
+            return
+        entry = {"time": time.time(), "source": self.source, "position": position,
+                 "error": error, "record": raw}
+        line = json.dumps(entry)
+        if len(line) > _LINE_MAX:  # control characters escaped 6x: keep the entry bounded
+            entry["record"] = raw[: _RAW_MAX // 8] + "...(truncated)"
+            line = json.dumps(entry)
+        try:
+            directory = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(directory, exist_ok=True)
+            # one write() of one line with O_APPEND: lines of concurrent writers do not
+            # interleave
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:  # read-only mount, full disk...: the log, never a crash
+            with self._lock:
+                first = not self.unwritable
+                self.unwritable = True
+            if first:
+                log.warning(
+                    "%s: cannot write the dead-letter file %s (%s); malformed records go to "
+                    "the log instead.", self.source, self.path, exc,
+                )
+            self._log_record(position, error, raw)
             return
         if n <= 10 or n % 1000 == 0:
             log.warning(
@@ -140,20 +180,9 @@ class DeadLetterFile:
                 error,
                 self.path,
             )
-        entry = {"time": time.time(), "source": self.source, "position": position,
-                 "error": error, "record": raw}
-        line = json.dumps(entry)
-        if len(line) > _LINE_MAX:  # control characters escaped 6x: keep the entry bounded
-            entry["record"] = raw[: _RAW_MAX // 8] + "...(truncated)"
-            line = json.dumps(entry)
-        directory = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(directory, exist_ok=True)
-        # one write() of one line with O_APPEND: lines of concurrent writers do not interleave
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (line + "\n").encode())
-        finally:
-            os.close(fd)
+
+    def _log_record(self, position: dict[str, Any], error: str, raw: str) -> None:
+        log.warning("%s: malformed record at %s: %s; record: %r", self.source, position, error, raw)
 
 
 def _to_text(record: Any) -> str:
@@ -169,7 +198,8 @@ class StreamSource(IterableDataset):
     """Base class of the stream sources: batches, a cursor, an idle hook, a dead-letter file.
 
     Subclasses implement ``__iter__`` (yielding batches and keeping ``self._cursor`` equal to
-    the position after the last batch yielded), and ``_restore(state)``.
+    the position after the last batch yielded, parsing records with :meth:`_parse_record`,
+    setting :attr:`end_reason` when a pass ends), and ``_restore(state)``.
 
     Args:
         dead_letter_path: where malformed records go (None: logged only).
@@ -190,8 +220,17 @@ class StreamSource(IterableDataset):
         {'left': 2}
     """
 
+    #: Why the last pass of ``__iter__`` ended: ``"source_exhausted"`` (the data ended: an end
+    #: marker, a clean close, ``num_records``), ``"idle_timeout"`` (``max_idle_s`` spent
+    #: waiting for data, never counting the time the consumer spends on a yielded batch),
+    #: ``"stopped"`` (the idle hook asked to stop), ``"connection_reset"`` /
+    #: ``"connection_error"`` (the connection broke: restart to resume). None while a pass
+    #: runs or before the first; ``RecModel.online_train`` reports it as ``stop_reason``.
+    end_reason: str | None = None
+
     def __init__(self, *, dead_letter_path: str | os.PathLike | None = None, name: str) -> None:
         super().__init__()
+        self.end_reason = None
         self.dead_letter = DeadLetterFile(dead_letter_path, name)
         self._idle_fn: Callable[[], bool] | None = None
         self._cursor: dict[str, Any] = {}
@@ -238,6 +277,20 @@ class StreamSource(IterableDataset):
 
     def _idle(self) -> bool:
         return bool(self._idle_fn()) if self._idle_fn is not None else False
+
+    def _parse_record(self, schema: Any, raw: Any, position: dict[str, Any]) -> Any:
+        """``schema.parse_json(raw)``, or None after dead-lettering ``raw`` at ``position``.
+
+        The one malformed-record path of the sources: any exception the parser raises (the
+        built-in schema raises ``ValueError`` for every bad record; a custom schema may raise
+        anything) sets the record aside with its reason; it is never raised.
+        """
+        try:
+            return schema.parse_json(raw)
+        except Exception as exc:  # noqa: BLE001 - a bad record is never a crash
+            why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            self.dead_letter.write(position, why, raw)
+            return None
 
     def __iter__(self) -> Iterator[Any]:  # pragma: no cover - abstract
         raise NotImplementedError

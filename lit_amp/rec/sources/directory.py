@@ -39,6 +39,7 @@ _FORMATS = ("jsonl", "npz", "pt")
 _READ_TRIES = 4  # attempts at reading a file that fails with an OSError (permission denied)
 _RETRY_S = 0.25  # ... the n-th retry waits n * _RETRY_S seconds
 _RETRY = object()  # _read's answer: not read now, try again later
+_GONE = object()  # _read's answer: the file vanished; read it if it reappears
 
 
 def shard_of(name: str, num_shards: int) -> int:
@@ -240,9 +241,8 @@ class DirectorySource(StreamSource):
         self.linger_s = linger_s
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = rank, world_size
-        #: why the last pass ended: ``"idle_timeout"`` (``max_idle_s`` without a new file),
-        #: ``"source_exhausted"`` (the ``end_marker``), ``"stopped"`` (the idle hook)
-        self.end_reason: str | None = None
+        # end_reason (StreamSource): "idle_timeout" (max_idle_s without a new file),
+        # "source_exhausted" (the end_marker), "stopped" (the idle hook)
         self.delete_consumed = delete_consumed
         self.files_deleted = 0
         self._cursor = {"done": frozenset(), "partial": {}}
@@ -410,9 +410,12 @@ class DirectorySource(StreamSource):
                 if not isinstance(arrays, dict):
                     raise ValueError(f"a .pt shard must hold a dict, got {type(arrays).__name__}")
                 cols, index, bad, n_total = schema.check_columns(arrays)
-        except FileNotFoundError:
-            log.warning("DirectorySource: %s vanished before it was read; skipped.", path)
-            return None
+        except FileNotFoundError:  # not consumed: a file that reappears is read then
+            log.warning("DirectorySource: %s vanished before it was read; it is read if it "
+                        "reappears.", path)
+            if self._sigs.pop(name, None) is not None:
+                self._sigs_view = None
+            return _GONE
         except OSError as exc:  # permission denied, I/O error: retried, then dead-lettered
             tries = self._failures.get(name, 0) + 1
             self._failures[name] = tries
@@ -518,7 +521,7 @@ class DirectorySource(StreamSource):
                     queued.discard(name)
                     last_new = time.monotonic()
                     opened = self._read(name, partial.get(name, 0))
-                    if opened is _RETRY:
+                    if opened is _RETRY or opened is _GONE:
                         continue
                     if opened is None or opened.remaining == 0:
                         done = done | {name}

@@ -78,8 +78,12 @@ class KafkaSource(StreamSource):
     ``p % num_shards`` (ranks x DataLoader workers), so the cursor — the next offset of every
     partition, as of the last batch yielded — lives in lit_amp's checkpoint, and a restart
     seeks there (at-least-once). Partitions without a stored offset start where the consumer's
-    ``auto_offset_reset`` says. Malformed values go to the dead-letter file (or the log) with
-    ``{"topic", "partition", "offset"}``.
+    ``auto_offset_reset`` says. Malformed values — a tombstone (value ``None``) included — go
+    to the dead-letter file (or the log) with ``{"topic", "partition", "offset"}``.
+
+    A topic has no end: the stream ends after ``max_idle_s`` spent *waiting* for records (time
+    the consumer spends training on a batch does not count), ``end_reason`` ``"idle_timeout"``,
+    or when the idle hook asks to stop (``"stopped"``).
 
     Args:
         topic: the topic.
@@ -186,6 +190,7 @@ class KafkaSource(StreamSource):
 
     def __iter__(self) -> Iterator[Any]:
         shard, nshards = resolve_shard(self.rank, self.world_size)
+        self.end_reason = None
         consumer = self.consumer_factory()
         try:
             tp_type = self._partition_type()
@@ -206,14 +211,12 @@ class KafkaSource(StreamSource):
                     rec = inbox.popleft()
                     key = f"{self.topic}:{rec.partition}"
                     offsets[key] = rec.offset + 1
-                    try:
-                        row = self.schema.parse_json(rec.value)
-                    except ValueError as exc:
-                        self.dead_letter.write(
-                            {"topic": self.topic, "partition": rec.partition, "offset": rec.offset},
-                            str(exc),
-                            rec.value,
-                        )
+                    row = self._parse_record(
+                        self.schema,
+                        rec.value,
+                        {"topic": self.topic, "partition": rec.partition, "offset": rec.offset},
+                    )
+                    if row is None:
                         continue
                     if not rows:
                         first_at = time.monotonic()
@@ -225,12 +228,15 @@ class KafkaSource(StreamSource):
                     and self.linger_s is not None
                     and now - first_at >= self.linger_s
                 ):
+                    t_out = time.monotonic()
                     yield self._emit(rows, offsets)
+                    last_data += time.monotonic() - t_out  # training time is not idle time
                     rows = []
                     continue
                 if inbox:
                     continue
                 if self.max_idle_s is not None and now - last_data >= self.max_idle_s:
+                    self.end_reason = "idle_timeout"
                     if rows:
                         yield self._emit(rows, offsets)
                     return
@@ -244,6 +250,7 @@ class KafkaSource(StreamSource):
                 if got:
                     last_data = time.monotonic()
                 elif self._idle():
+                    self.end_reason = "stopped"
                     return
         finally:
             close = getattr(consumer, "close", None)

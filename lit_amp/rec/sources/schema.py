@@ -78,13 +78,27 @@ class ClickSchema:
     def parse_json(self, line: str | bytes) -> tuple[int, float, list[float], list[int]]:
         """Parse and validate one JSON record.
 
+        Every way a line can fail to decode is a ``ValueError``: ``None`` (a Kafka tombstone),
+        another type than str/bytes, bad JSON or UTF-8, nesting too deep for the decoder
+        (``"[" * 100000``), a number literal too long to convert.
+
         Raises:
             ValueError: the line is not a valid record (the message says why).
         """
+        if line is None:
+            raise ValueError("no record: the value is None (e.g. a Kafka tombstone)")
+        if not isinstance(line, (str, bytes, bytearray)):
+            raise ValueError(
+                f"a record must be JSON text (str or bytes), got {type(line).__name__}"
+            )
         try:
             obj = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except RecursionError:
+            raise ValueError("not valid JSON: nested too deeply to decode") from None
+        except json.JSONDecodeError as exc:
             raise ValueError(f"not valid JSON: {exc}") from None
+        except (ValueError, TypeError, MemoryError) as exc:  # UTF-8, a huge number literal
+            raise ValueError(f"not valid JSON: {type(exc).__name__}: {exc}") from None
         return self.parse_obj(obj)
 
     def parse_obj(self, obj: Any) -> tuple[int, float, list[float], list[int]]:
@@ -154,6 +168,8 @@ class ClickSchema:
                 index.append(i)
             except ValueError as exc:
                 bad.append((i, str(exc), raw))
+            except Exception as exc:  # noqa: BLE001 - a bad row is set aside, never a crash
+                bad.append((i, f"{type(exc).__name__}: {exc}", raw))
         return self.rows_to_columns(rows), np.asarray(index, dtype=np.int64), bad
 
     def _parse_json_lines_fast(
@@ -167,7 +183,7 @@ class ClickSchema:
             objs = json.loads(b"[" + b",".join(lines[i] for i in index) + b"]")
             with np.errstate(over="ignore"):
                 return self._fast_columns(objs, index)
-        except (ValueError, TypeError, KeyError, OverflowError, UnicodeDecodeError):
+        except Exception:  # noqa: BLE001 - any bad line (even "[" * 100000): the slow path
             return None
 
     def _fast_columns(
@@ -179,13 +195,16 @@ class ClickSchema:
             if not set(map(type, ids)) <= {int} or not set(map(type, labels)) <= {int, float}:
                 return None
             n = len(objs)
+            dense = np.asarray([o["dense"] for o in objs])
+            if dense.dtype.kind not in "biuf":  # a string ("1"), null or nested value: slow path
+                return None
             cols = {
                 "id": np.asarray(ids, dtype=np.int64),
                 "label": np.asarray(labels, dtype=np.float32),
-                "dense": np.asarray([o["dense"] for o in objs], dtype=np.float32),
+                "dense": dense.astype(np.float32),
                 "cat": np.asarray([o["cat"] for o in objs]),
             }
-        except (ValueError, TypeError, KeyError, OverflowError, UnicodeDecodeError):
+        except Exception:  # noqa: BLE001 - the slow path validates row by row and says why
             return None
         if (
             not set(map(type, objs)) <= {dict}

@@ -102,7 +102,6 @@ class SocketSource(StreamSource):
         self.handshake = bool(handshake)
         self.max_line_bytes = check_int(owner, "max_line_bytes", max_line_bytes, minimum=1)
         self._cursor = {"offset": 0}
-        self.end_reason: str | None = None
 
     def _restore(self, state: dict[str, Any]) -> None:
         offset = state.get("offset")
@@ -219,11 +218,7 @@ class SocketSource(StreamSource):
         return None
 
     def _parse(self, line: bytes, pos: int) -> tuple | None:
-        try:
-            return self.schema.parse_json(line)
-        except (ValueError, OverflowError) as exc:
-            self.dead_letter.write({"offset": pos}, str(exc), line)
-            return None
+        return self._parse_record(self.schema, line, {"offset": pos})
 
     def _emit(self, rows: list[tuple], offset: int) -> Any:
         self._cursor = {"offset": offset}

@@ -140,6 +140,7 @@ class SyntheticClickSource(StreamSource):
 
     def __iter__(self) -> Iterator[Any]:
         shard, nshards = resolve_shard(self.rank, self.world_size)
+        self.end_reason = None
         local = int(self._cursor["batches"])
         total = self.num_batches
         t0 = time.monotonic()
@@ -147,6 +148,7 @@ class SyntheticClickSource(StreamSource):
         while True:
             b = shard + local * nshards
             if total is not None and b >= total:
+                self.end_reason = "source_exhausted"
                 return
             cols = self.columns(b)
             if self.rate is not None:
@@ -157,6 +159,7 @@ class SyntheticClickSource(StreamSource):
                     if wait <= 0:
                         break
                     if self._idle():
+                        self.end_reason = "stopped"
                         return
                     self._sleep(min(wait, 0.05))
             local += 1
