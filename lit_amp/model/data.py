@@ -9,7 +9,16 @@ from one continuous stream that carries over between epochs; epoch k trains on s
 that stream, shaped for Lightning: one "batch" per epoch holding the ``sink_size`` batches of
 the sink, so the whole sink runs as one tight inner loop inside one Lightning step.
 
-Size: just over 500 lines - the sink stream, its lazy sinks and their per-rank placement share
+Under data parallelism every dataset is given to the ranks by one rule
+(:func:`rank_source`): a DataLoader whose sampler already picks this rank's part (a
+``DistributedSampler``, or any sampler / batch sampler with ``num_replicas`` and ``rank``) is
+used as it is; another DataLoader is split by its sampler; a list or other re-iterable gives
+rank r every ``world``-th batch; an ``IterableDataset`` is refused unless wrapped in
+:class:`PerRank` (it yields this rank's part) or :class:`SplitByRank` (split its batches).
+Evaluation drops the samples a ``DistributedSampler`` repeats to pad ranks
+(:func:`padding_trim`), so every sample is counted once.
+
+Size: over 500 lines - the sink stream, its lazy sinks and their per-rank placement share
 one iteration state; split, each piece would reach into the others.
 """
 
@@ -19,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+from lightning.pytorch import Callback
 
 __all__ = [
     "dataset_size",
@@ -34,6 +44,12 @@ __all__ = [
     "pin_batch",
     "ReIterable",
     "for_lightning",
+    "PerRank",
+    "SplitByRank",
+    "rank_source",
+    "padding_trim",
+    "PaddingTrim",
+    "SinkSizeOfRank",
 ]
 
 
@@ -127,6 +143,31 @@ class ReIterable:
         return len(self.dataset)  # type: ignore[arg-type]
 
 
+class PerRank(ReIterable):
+    """Declares that ``dataset`` already yields only this rank's part: used as it is.
+
+    For data that shards itself by rank (an ``IterableDataset`` reading
+    ``torch.distributed.get_rank()``, Hugging Face's ``split_dataset_by_node``, MindSpore's
+    ``num_shards``/``shard_id`` habit) or any per-rank data. In training every rank must
+    yield as many batches per pass (a rank that ends first leaves the others waiting at the
+    gradient all-reduce).
+
+    Example:
+        >>> list(RankShard(PerRank([1, 2, 3]), lambda: (1, 2), train=False))
+        [1, 2, 3]
+    """
+
+
+class SplitByRank(ReIterable):
+    """Declares that ``dataset`` yields the same batches on every rank: rank r keeps the
+    batches ``r, r + world, ...`` (every rank reads the whole stream), as for a list.
+
+    Example:
+        >>> list(RankShard(SplitByRank([1, 2, 3]), lambda: (1, 2), train=False))
+        [2]
+    """
+
+
 def for_lightning(dataset: Any) -> Any:
     """``dataset`` as Lightning should receive it (DataLoaders pass through unchanged)."""
     if isinstance(dataset, torch.utils.data.DataLoader) or dataset is None:
@@ -172,8 +213,80 @@ _LOADER_ARGS = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_in
                 "pin_memory_device", "in_order")
 
 
+def _rank_aware(loader: Any) -> Any:
+    """The loader's sampler or batch sampler that already picks a rank's part, or None."""
+    from torch.utils.data import DistributedSampler
+
+    bs = getattr(loader, "batch_sampler", None)
+    for s in (getattr(loader, "sampler", None), bs, getattr(bs, "sampler", None)):
+        if isinstance(s, DistributedSampler) or (hasattr(s, "num_replicas")
+                                                 and hasattr(s, "rank")):
+            return s
+    return None
+
+
+def _refuse_stream(dataset: Any, name: str, world: int) -> ValueError:
+    what = "a DataLoader over" if isinstance(dataset, torch.utils.data.DataLoader) else "an"
+    inner = getattr(dataset, "dataset", dataset)
+    return ValueError(
+        f"The argument '{name}' is {what} IterableDataset ({type(inner).__name__}), which "
+        f"lit_amp cannot split over the {world} data-parallel ranks by itself: it has no "
+        "sampler, and whether each rank's copy already yields only that rank's part cannot be "
+        "told. Say which: lit_amp.model.data.PerRank(dataset) when each rank's copy yields its "
+        "own part (it shards itself by rank; used as it is), or "
+        "lit_amp.model.data.SplitByRank(dataset) when every rank's copy yields the same stream "
+        f"(rank r then keeps the batches r, r + {world}, ...)."
+    )
+
+
+def rank_source(dataset: Any, rank: int, world: int, *, train: bool,
+                name: str = "train_dataset") -> tuple[Any, int, int]:
+    """What this rank iterates: ``(source, r, w)``, the batches ``r, r + w, ...`` of ``source``.
+
+    ``(loader, 0, 1)`` (all of it) for a DataLoader that already picks this rank's part (its
+    sampler or batch sampler is a ``DistributedSampler`` or has ``num_replicas`` and ``rank``)
+    or one rebuilt with this rank's sampler (:func:`shard_loader`), and for :class:`PerRank`;
+    ``(dataset, rank, world)`` for a list, any other re-iterable and :class:`SplitByRank`.
+
+    Raises:
+        ValueError: an ``IterableDataset`` (in a DataLoader or not) under ``world > 1``,
+            unless wrapped in :class:`PerRank` or :class:`SplitByRank`; a rank-aware
+            sampler made for another ``(rank, world)``.
+
+    Example:
+        >>> rank_source([1, 2, 3], 1, 2, train=True)
+        ([1, 2, 3], 1, 2)
+    """
+    from torch.utils.data import DataLoader, IterableDataset
+
+    if world == 1 or isinstance(dataset, PerRank):
+        return dataset, 0, 1
+    if isinstance(dataset, SplitByRank):
+        return dataset, rank, world
+    if isinstance(getattr(dataset, "dataset", None) if isinstance(dataset, DataLoader)
+                  else dataset, IterableDataset):
+        raise _refuse_stream(dataset, name, world)
+    if isinstance(dataset, DataLoader):
+        own = _rank_aware(dataset)
+        if own is not None:
+            got = (getattr(own, "rank", rank), getattr(own, "num_replicas", world))
+            if got != (rank, world):
+                raise ValueError(
+                    f"The argument '{name}' has a {type(own).__name__} that splits the data "
+                    f"for num_replicas={got[1]}, rank={got[0]}, but this process is rank "
+                    f"{rank} of {world} ranks: build it with num_replicas={world}, "
+                    f"rank={rank}, or give a plain sampler and let lit_amp split the data."
+                )
+            return dataset, 0, 1
+        loader = shard_loader(dataset, rank, world, train=train)
+        if loader is not None:
+            return loader, 0, 1
+    return dataset, rank, world
+
+
 def shard_loader(loader: Any, rank: int, world_size: int, *, train: bool) -> Any:
-    """``loader`` rebuilt for this rank, or None when it cannot be (an iterable dataset...).
+    """``loader`` rebuilt for this rank, or None when it cannot be (an iterable dataset, a
+    sampler that already picks a rank's part...).
 
     ``train=True``: the split Lightning's ``DistributedSampler`` gives (padded, so every rank
     has the same number of batches; shuffled, as Lightning shuffles every distributed training
@@ -184,11 +297,9 @@ def shard_loader(loader: Any, rank: int, world_size: int, *, train: bool) -> Any
     from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
     from lightning.pytorch.trainer.states import RunningStage
     from lightning.pytorch.utilities.data import _update_dataloader
-    from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+    from torch.utils.data import DataLoader, IterableDataset
 
-    if isinstance(loader.dataset, IterableDataset) or isinstance(
-        loader.sampler, DistributedSampler
-    ):
+    if isinstance(loader.dataset, IterableDataset) or _rank_aware(loader) is not None:
         return None
     if not train:
         if type(loader) is not DataLoader or loader.batch_sampler is None:
@@ -226,8 +337,10 @@ NO_BATCH = NoBatch()
 class RankShard:
     """This rank's part of a dataset under data parallelism, decided when iterated.
 
-    ``placement()`` gives ``(rank, world_size)`` (see :func:`placement_of`). A DataLoader is
-    rebuilt with this rank's sampler (:func:`shard_loader`); any other iterable gives this
+    ``placement()`` gives ``(rank, world_size)`` (see :func:`placement_of`); the rule is
+    :func:`rank_source`'s (``name``, the argument, is named in its errors). A DataLoader is
+    rebuilt with this rank's sampler (:func:`shard_loader`) unless its sampler already picks
+    this rank's part; any other iterable gives this
     rank every ``world_size``-th batch. ``train=True``: every rank gets the same number of
     batches (a short rank's part wraps around, as ``DistributedSampler`` pads), so no rank
     waits at a collective the others never reach. ``train=False``: every batch goes to exactly
@@ -240,23 +353,22 @@ class RankShard:
         [2, 1]
     """
 
-    def __init__(self, dataset: Iterable, placement: Any, *, train: bool) -> None:
+    def __init__(self, dataset: Iterable, placement: Any, *, train: bool,
+                 name: str | None = None) -> None:
         self.dataset = dataset
         self.placement = placement
         self.train = train
-        self._loader: Any = None
+        self.name = name or ("train_dataset" if train else "valid_dataset")
+        self._src: tuple[Any, int, int] = (dataset, 0, 1)
         self._key: tuple[int, int] | None = None
         self._passes = 0
 
     def _source(self) -> tuple[Any, int, int]:
         rank, world = self.placement()
-        if world > 1 and isinstance(self.dataset, torch.utils.data.DataLoader):
-            if self._key != (rank, world):
-                self._key = (rank, world)
-                self._loader = shard_loader(self.dataset, rank, world, train=self.train)
-            if self._loader is not None:
-                return self._loader, 0, 1
-        return self.dataset, rank, world
+        if self._key != (rank, world):
+            self._src = rank_source(self.dataset, rank, world, train=self.train, name=self.name)
+            self._key = (rank, world)
+        return self._src
 
     def __len__(self) -> int:
         src, rank, world = self._source()
@@ -290,6 +402,112 @@ class RankShard:
                     yield head[p - n]
         elif rank >= n:
             yield NO_BATCH  # fewer batches than ranks: this one has none (see NoBatch)
+
+
+class PaddingTrim:
+    """Cuts the samples a ``DistributedSampler`` repeats from this rank's evaluation batches.
+
+    With ``drop_last=False`` the sampler repeats ``total_size - len(dataset)`` samples so that
+    every rank gets as many; they come last in the parts of the ranks that get one. Called
+    on each batch with its index: the samples past this rank's ``real`` ones are cut from the
+    first dimension of every tensor; a batch of repeats only becomes :data:`NO_BATCH`.
+
+    Example:
+        >>> trim = PaddingTrim(real=3, num_samples=4, batch_size=2)  # 4th sample repeated
+        >>> trim((torch.arange(2), torch.arange(2)), 0)[0].tolist()
+        [0, 1]
+        >>> trim((torch.tensor([2, 0]), torch.tensor([2, 0])), 1)[0].tolist()
+        [2]
+    """
+
+    def __init__(self, real: int, num_samples: int, batch_size: int | None) -> None:
+        self.real, self.num_samples, self.batch_size = real, num_samples, batch_size
+
+    def __call__(self, batch: Any, batch_idx: int) -> Any:
+        if self.batch_size is None:  # no batching: one sample per step
+            return batch if batch_idx < self.real else NO_BATCH
+        start = batch_idx * self.batch_size
+        keep = self.real - start
+        size = min(self.batch_size, self.num_samples - start)
+        if keep >= size:
+            return batch
+        return NO_BATCH if keep <= 0 else _head(batch, keep, size, batch_idx)
+
+
+def _head(batch: Any, keep: int, size: int, batch_idx: int) -> Any:
+    """``batch`` with only its first ``keep`` of ``size`` samples (first dimension)."""
+    if torch.is_tensor(batch):
+        if batch.dim() == 0 or batch.shape[0] != size:
+            raise ValueError(
+                f"Evaluation batch {batch_idx} holds {size - keep} sample(s) that the "
+                f"DistributedSampler repeated to give every rank as many, which lit_amp cuts "
+                f"from the first dimension of each tensor; but a tensor of the batch has shape "
+                f"{tuple(batch.shape)}, not {size} first. Give the DataLoader a collate_fn "
+                "that keeps the samples on the first dimension, or evaluate through "
+                "Model.eval a DataLoader with a plain sampler (split by whole batches)."
+            )
+        return batch[:keep]
+    if isinstance(batch, dict):
+        return {k: _head(v, keep, size, batch_idx) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        items = [_head(b, keep, size, batch_idx) for b in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return batch
+
+
+def padding_trim(loaders: Any) -> PaddingTrim | None:
+    """The :class:`PaddingTrim` of the evaluation loader a Trainer holds, or None.
+
+    None when its sampler repeats nothing (no ``DistributedSampler``, or ``len(dataset)``
+    divides evenly). ``loaders`` may be a DataLoader, a one-element list of one, or a
+    :class:`RankShard` (the DataLoader it iterates is looked at).
+
+    Raises:
+        ValueError: the ``DistributedSampler`` drops samples (``drop_last=True``: they
+            would not be counted), or it repeats samples into the batches of a batch
+            sampler other than torch's ``BatchSampler`` (which ones cannot be told).
+
+    Example:
+        >>> from torch.utils.data import DataLoader, DistributedSampler
+        >>> ds = list(range(7))
+        >>> dl = DataLoader(ds, batch_size=2, sampler=DistributedSampler(ds, 2, 1, False))
+        >>> trim = padding_trim(dl)
+        >>> [trim(b, i) for i, b in enumerate(dl)][-1].tolist()  # sample 0 again: cut
+        [5]
+    """
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+    if isinstance(loaders, (list, tuple)) and len(loaders) == 1:
+        loaders = loaders[0]
+    if isinstance(loaders, RankShard):
+        loaders = loaders._source()[0]
+    if not isinstance(loaders, DataLoader):
+        return None
+    bs = loaders.batch_sampler
+    sampler = (loaders.sampler if isinstance(loaders.sampler, DistributedSampler)
+               else getattr(bs, "sampler", None))
+    total = getattr(sampler, "total_size", None)
+    if not isinstance(sampler, DistributedSampler) or total is None:
+        return None
+    n = len(sampler.dataset)  # type: ignore[arg-type]
+    if total < n:
+        raise ValueError(
+            f"The evaluation DataLoader's {type(sampler).__name__} has drop_last=True: it "
+            f"leaves out {n - total} of the {n} samples, which would not be counted. Use "
+            "drop_last=False (the samples it repeats to pad the ranks are not counted)."
+        )
+    if total == n:
+        return None
+    if bs is not None and type(bs) is not BatchSampler:
+        raise ValueError(
+            f"The evaluation DataLoader's {type(sampler).__name__} repeats {total - n} of "
+            f"{n} samples to give every rank as many, and its batch sampler "
+            f"{type(bs).__name__} (not torch's BatchSampler) batches them in a way lit_amp "
+            "cannot follow to leave the repeats out. Use a BatchSampler, or a dataset "
+            f"length divisible by the {sampler.num_replicas} ranks."
+        )
+    real = len(range(sampler.rank, n, sampler.num_replicas))
+    return PaddingTrim(real, sampler.num_samples, None if bs is None else bs.batch_size)
 
 
 def _leading_dim(batch: Any) -> int:
@@ -382,10 +600,14 @@ class SinkStream:
     and the position carries over between epochs. ``len()`` is 1, so Lightning runs exactly
     one step (the whole sink) per epoch. The batches are drawn lazily, one per step.
 
-    Under data parallelism each rank streams its own disjoint part: a DataLoader is rebuilt
-    with the ``DistributedSampler`` split Lightning would give it (reshuffled per pass when
-    it shuffles); any other iterable gives rank r every ``world_size``-th batch. Every rank
-    runs ``sink_size`` steps per epoch, so none waits for another at the end.
+    Under data parallelism each rank streams its own disjoint part (:func:`rank_source`): a
+    DataLoader is rebuilt with the ``DistributedSampler`` split Lightning would give it
+    (reshuffled per pass when it shuffles) unless its sampler already picks this rank's
+    part; any other iterable gives rank r every ``world_size``-th batch. Every rank runs
+    ``sink_size`` steps per epoch, so none waits for another at the end. ``per_pass``
+    (``sink_size=-1``): a sink is one pass of this rank's part, as a non-sink epoch (the
+    part padded as :class:`RankShard` pads), and ``sink_size`` becomes its length when the
+    stream is placed (:meth:`resolve`).
 
     Args:
         dataset: the dataset (re-iterable; may be unbounded).
@@ -394,6 +616,8 @@ class SinkStream:
         pin_memory: pin batches for asynchronous host-to-device copies (CUDA).
         placement: a callable returning ``(rank, world_size)`` when the stream starts (see
             :func:`placement_of`); it takes precedence over ``rank``/``world_size``.
+        per_pass: ``sink_size`` is the dataset's length (``-1`` asked): under data
+            parallelism it becomes the length of this rank's part.
 
     Example:
         >>> s = SinkStream([(i, i) for i in range(5)], sink_size=2)
@@ -410,6 +634,7 @@ class SinkStream:
         world_size: int = 1,
         pin_memory: bool = False,
         placement: Any = None,
+        per_pass: bool = False,
     ) -> None:
         if sink_size <= 0:
             raise ValueError(f"SinkStream: 'sink_size' must be > 0, but got {sink_size}.")
@@ -419,6 +644,7 @@ class SinkStream:
         self.world_size = world_size
         self.pin_memory = pin_memory
         self.placement = placement if placement is not None else (lambda: (rank, world_size))
+        self.per_pass = per_pass
         self._source: Any = None
         self._it: Iterator | None = None
         self._passes = 0
@@ -429,12 +655,19 @@ class SinkStream:
 
     def _resolve(self) -> None:
         rank, world = self.placement()
-        self.rank, self.world_size = rank, world
-        self._source = self.dataset
-        if world > 1 and isinstance(self.dataset, torch.utils.data.DataLoader):
-            loader = shard_loader(self.dataset, rank, world, train=True)
-            if loader is not None:
-                self._source, self.rank, self.world_size = loader, 0, 1
+        if self.per_pass and world > 1:  # one sink = one (padded) pass of this rank's part
+            self._source = RankShard(self.dataset, lambda: (rank, world), train=True)
+            self.rank, self.world_size = 0, 1
+            self.sink_size = len(self._source)
+            return
+        self._source, self.rank, self.world_size = rank_source(self.dataset, rank, world,
+                                                               train=True)
+
+    def resolve(self) -> int:
+        """Place the stream on this rank (once, when the Trainer is set up); its ``sink_size``."""
+        if self._source is None:
+            self._resolve()
+        return self.sink_size
 
     def _next_raw(self) -> Any:
         if self._source is None:
@@ -475,16 +708,33 @@ class SinkStream:
         return [self.next_batch() for _ in range(self.sink_size)]
 
     def __iter__(self) -> Iterator[Sink]:
-        yield Sink(self, self.sink_size)
+        yield Sink(self, self.resolve())
+
+
+class SinkSizeOfRank(Callback):
+    """At train start, sets ``Model``'s steps per sink to this rank's (``sink_size=-1``).
+
+    Under data parallelism a sink is then one pass of this rank's part, whose length is known
+    only once the Trainer has placed the ranks: it becomes ``cb_params.batch_num`` and the
+    MindSpore bridge's ``sink_size`` (steps counted per sink). Put it before both.
+    """
+
+    def __init__(self, stream: SinkStream, cb_params: Any, bridge: Any) -> None:
+        self.stream, self.cb_params, self.bridge = stream, cb_params, bridge
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.cb_params.batch_num = self.bridge.sink_size = self.stream.resolve()
 
 
 def rank_data(dataset: Any, module: Any, *, train: bool, sink_size: int = 0,
-              pin_memory: bool = False) -> Any:
+              pin_memory: bool = False, per_pass: bool = False) -> Any:
     """``dataset`` as ``module``'s rank should see it under data parallelism (decided late).
 
-    Sink mode (``sink_size > 0``): a :class:`SinkStream` of this rank's batches. Training:
-    a DataLoader goes to Lightning unchanged (it gets Lightning's ``DistributedSampler``),
-    any other iterable becomes a padded :class:`RankShard`. Evaluation: an unpadded
+    Sink mode (``sink_size > 0``): a :class:`SinkStream` of this rank's batches (``per_pass``:
+    see there). Training: a DataLoader over a map-style dataset goes to Lightning unchanged
+    (it gets Lightning's ``DistributedSampler``, or keeps the user's), any other dataset
+    becomes a padded :class:`RankShard` (so a rank-aware sampler that is not a
+    ``DistributedSampler`` is not split again by Lightning). Evaluation: an unpadded
     :class:`RankShard` (every batch on exactly one rank, counted once).
 
     Args:
@@ -493,6 +743,7 @@ def rank_data(dataset: Any, module: Any, *, train: bool, sink_size: int = 0,
         train: training (True) or evaluation data.
         sink_size: steps per sink in sink mode, 0 otherwise.
         pin_memory: pin sink batches (CUDA).
+        per_pass: sink mode's ``sink_size`` stands for ``-1`` (one pass of this rank's part).
 
     Example:
         >>> list(rank_data([1, 2], None, train=False))
@@ -501,8 +752,12 @@ def rank_data(dataset: Any, module: Any, *, train: bool, sink_size: int = 0,
     if dataset is None:
         return None
     if sink_size:
-        return SinkStream(dataset, sink_size, pin_memory=pin_memory,
+        return SinkStream(dataset, sink_size, pin_memory=pin_memory, per_pass=per_pass,
                           placement=lambda: placement_of(module))
-    if train and isinstance(dataset, torch.utils.data.DataLoader):
-        return dataset
+    if train and isinstance(dataset, torch.utils.data.DataLoader) and not isinstance(
+            dataset.dataset, torch.utils.data.IterableDataset):
+        own = _rank_aware(dataset)
+        if own is None or (own is dataset.sampler
+                           and isinstance(own, torch.utils.data.DistributedSampler)):
+            return dataset  # Lightning splits it, or leaves the user's DistributedSampler be
     return RankShard(dataset, lambda: placement_of(module), train=train)

@@ -36,11 +36,12 @@ from lit_amp.metrics import get_metrics, metric_value_to_python, update_metrics
 from lit_amp.model._checks import AMP_LEVELS, BOOST_LEVELS, MODEL_KWARGS, check_model_arguments
 from lit_amp.model._lightning import (
     all_on_cpu,
+    check_in_process,
     check_training_strategy,
     fast_path_ok,
     mean_over_ranks,
 )
-from lit_amp.model.data import NO_BATCH, as_batch_tuple
+from lit_amp.model.data import NO_BATCH, as_batch_tuple, padding_trim
 from lit_amp.model.graph_sink import SinkGraph, check_sink_graph
 from lit_amp.model.lit_state import CheckpointStateMixin
 from lit_amp.model.sharding import (
@@ -348,6 +349,8 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         call, so its freeze schedule continues across ``Model.train`` calls.
         """
         self._take_trainer_gradient_flags()
+        if self._trainer is not None and self.trainer.state.fn == "fit":  # ddp_spawn/_fork
+            check_in_process(self.trainer, "LitModel.fit")
         return [self.boost] if self.boost is not None else []
 
     def _take_trainer_gradient_flags(self) -> None:
@@ -644,10 +647,13 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         self._broadcast_buffers()
         self._gather_for_eval()
         self.begin_eval()
+        # a DistributedSampler (Lightning's or the user's) repeats samples to pad the ranks
+        self.__dict__["_eval_trim"] = padding_trim(self.trainer.val_dataloaders)
 
     def on_test_epoch_start(self) -> None:
         self._gather_for_eval()
         self.begin_eval()
+        self.__dict__["_eval_trim"] = padding_trim(self.trainer.test_dataloaders)
 
     def on_predict_epoch_start(self) -> None:
         self._gather_for_eval()
@@ -713,9 +719,16 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         return outputs
 
     def validation_step(self, batch: Any, batch_idx: int) -> Any:
-        return None if batch is NO_BATCH else self.eval_step(batch)
+        return self._eval_batch(batch, batch_idx)
 
     def test_step(self, batch: Any, batch_idx: int) -> Any:
+        return self._eval_batch(batch, batch_idx)
+
+    def _eval_batch(self, batch: Any, batch_idx: int) -> Any:
+        """One evaluation step; the samples a padding sampler repeated are not counted."""
+        trim = self.__dict__.get("_eval_trim")
+        if trim is not None and batch is not NO_BATCH:
+            batch = trim(batch, batch_idx)
         return None if batch is NO_BATCH else self.eval_step(batch)
 
 

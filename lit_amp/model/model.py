@@ -28,7 +28,7 @@ from lit_amp.model._lightning import (
     quiet_lightning,
     split_callbacks,
 )
-from lit_amp.model.data import check_dataset, rank_data
+from lit_amp.model.data import SinkSizeOfRank, check_dataset, rank_data
 from lit_amp.model.layout import infer_layouts
 from lit_amp.model.lit_model import LitModel
 from lit_amp.model.sharding import is_sharded_strategy
@@ -166,7 +166,7 @@ class Model:
             TypeError, ValueError: bad arguments (see docs/semantics.md §1.3); ValueError also for a
                 strategy that starts its own processes (``ddp_spawn``: use ``'ddp'``).
         """
-        size, sink_size = check_train_args(
+        size, _ = check_train_args(  # sink_size=-1 is resolved per rank (_run_train)
             "Model.train", epoch, train_dataset, dataset_sink_mode, sink_size, initial_epoch
         )
         cbl, pl_cbs = split_callbacks(callbacks)
@@ -201,7 +201,7 @@ class Model:
             ValueError: ``valid_frequency`` is an int <= 0.
             ValueError: ``valid_dataset`` without metrics; custom callbacks with legacy hooks.
         """
-        size, sink_size = check_train_args(
+        size, _ = check_train_args(
             "Model.fit", epoch, train_dataset, dataset_sink_mode, sink_size, initial_epoch
         )
         if isinstance(valid_frequency, bool) or not isinstance(valid_frequency, (int, list)):
@@ -262,6 +262,8 @@ class Model:
         if initial_epoch >= epoch:
             log.info("Nothing to train: epoch %d was already reached (restored).", epoch)
             return
+        per_pass = sink and sink_size == -1  # a sink = one pass of this rank's part
+        sink_size = size if per_pass else sink_size  # (until the ranks are placed)
         batch_num = sink_size if sink else size
         cb_params = self._train_callback_params(
             cbl, epoch, initial_epoch, batch_num, sink, train_dataset, valid_dataset
@@ -274,10 +276,19 @@ class Model:
             valid_frequency=valid_frequency,
             eval_during_fit=valid_dataset is not None,
         )
+        data = rank_data(fit_data, lit, train=True, sink_size=sink_size if sink else 0,
+                         pin_memory=self._pin(), per_pass=per_pass)  # this rank's part
         trainer = self._make_trainer(max_epochs=epoch - initial_epoch, callbacks=[
+            *([SinkSizeOfRank(data, cb_params, bridge)] if per_pass else []),
             RankStepCount(cb_params, sink=sink), bridge, *pl_cbs])
         lit.epoch_offset = initial_epoch  # checkpoints count the epochs done before
-        self._fit(trainer, fit_data, valid_dataset, sink, sink_size)
+        lit.sink_mode = sink
+        try:
+            with quiet_lightning():
+                trainer.fit(lit, train_dataloaders=data,
+                            val_dataloaders=self._rank_data(valid_dataset, train=False))
+        finally:
+            lit.sink_mode = False
         self._current_epoch_num = int(cb_params.get("cur_epoch_num", initial_epoch))
         step = int(cb_params.cur_step_num)
         batch_num = cb_params.batch_num  # this rank's steps per epoch (RankStepCount)
@@ -319,24 +330,8 @@ class Model:
             net_outputs=None,
         )
 
-    def _fit(self, trainer: L.Trainer, train_dataset: Any, valid_dataset: Any, sink: bool,
-             sink_size: int) -> None:
-        """``trainer.fit`` on the data (a ``SinkStream`` in sink mode), quietly."""
-        lit = self._lit
-        lit.sink_mode = sink
-        data = self._rank_data(train_dataset, train=True, sink_size=sink_size if sink else 0)
-        try:
-            with quiet_lightning():
-                trainer.fit(
-                    lit, train_dataloaders=data,
-                    val_dataloaders=self._rank_data(valid_dataset, train=False),
-                )
-        finally:
-            lit.sink_mode = False
-
-    def _rank_data(self, dataset: Any, *, train: bool, sink_size: int = 0) -> Any:
-        return rank_data(dataset, self._lit, train=train, sink_size=sink_size,
-                         pin_memory=self._pin())
+    def _rank_data(self, dataset: Any, *, train: bool) -> Any:
+        return rank_data(dataset, self._lit, train=train, pin_memory=self._pin())
 
     def _apply_amp(self) -> None:  # no cast cache when FSDP re-gathers into the same storage
         sharded = is_sharded_strategy(self._trainer_kwargs.get("strategy"))
