@@ -6,7 +6,10 @@ own prefix (:data:`TMP_PREFIX`) in the target folder, are flushed and fsync-ed, 
 over the target (atomic on POSIX) and the folder is fsync-ed, so after a crash or a power
 cut the target holds either the old or the new content, never a torn one. A failed write
 (full disk, I/O error) leaves the old file in place and raises an ``OSError`` naming the file
-and the free space; :func:`remove_stale_temps` deletes temp files a killed process left.
+and the free space; :func:`remove_stale_temps` deletes temp files a killed process left. A
+temp file is named ``.tmp-lit_amp-<target's name>.<random>`` (:func:`temp_target` reads the
+target back, so a writer cleans only its own files' temps) and is locked (``flock``) while
+it is written, so a cleaner never deletes the temp file of a write in progress.
 
 One checkpoint format (issue #19): every lit_amp checkpoint is a Lightning checkpoint, a
 torch-saved dict as ``Trainer.save_checkpoint`` writes it::
@@ -46,6 +49,11 @@ from typing import IO, Any
 
 import torch
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no lock, the pattern alone decides
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = [
     "BOOST_KEY",
     "CHECKPOINT_FORMAT",
@@ -62,6 +70,7 @@ __all__ = [
     "network_state",
     "remove_stale_temps",
     "save_checkpoint",
+    "temp_target",
     "write_checkpoint",
 ]
 
@@ -80,6 +89,8 @@ BOOST_KEY = "lit_amp_boost"
 
 #: prefix of every temp file lit_amp writes; :func:`remove_stale_temps` removes only these
 TMP_PREFIX = ".tmp-lit_amp-"
+#: the most characters of the target's name a temp file's name keeps (NAME_MAX is 255)
+_TMP_NAME_KEEP = 200
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +157,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any], *,
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=directory)
+    name = os.path.basename(path)[:_TMP_NAME_KEEP]
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{name}.", dir=directory)
+    lock = _lock(fd)  # held until the temp file is renamed (or removed)
     try:
         try:
             with os.fdopen(fd, "wb") as f:
@@ -165,13 +178,65 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any], *,
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if lock is not None:
+            os.close(lock)
     return path
 
 
-def remove_stale_temps(directory: str | os.PathLike) -> list[str]:
+def _lock(fd: int) -> int | None:
+    """Lock the temp file open at ``fd`` (a duplicate descriptor keeps the lock after the
+    file object closes); the descriptor to close when done, None without ``flock``."""
+    if fcntl is None:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return os.dup(fd)
+    except OSError:  # a filesystem without locks: the pattern alone protects
+        return None
+
+
+def _in_use(path: str) -> bool:
+    """Whether a writer (this process or another) holds the lock of a temp file."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return True  # gone or unreadable: leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def temp_target(name: str) -> str | None:
+    """The name of the file a temp file of :func:`atomic_write` was to replace, else None.
+
+    Example:
+        >>> temp_target(".tmp-lit_amp-net-1_40.ckpt.k3j_x9a"), temp_target("net-1_40.ckpt")
+        ('net-1_40.ckpt', None)
+    """
+    if not name.startswith(TMP_PREFIX):
+        return None
+    target, dot, _ = name[len(TMP_PREFIX):].rpartition(".")
+    return target if dot and target else None
+
+
+def remove_stale_temps(directory: str | os.PathLike,
+                       target: Callable[[str], bool] | None = None) -> list[str]:
     """Delete the temp files of lit_amp's prefix in ``directory`` (left by a killed writer).
 
-    Call it only where no other lit_amp process is writing into ``directory`` at the time.
+    A temp file whose write is in progress (its lock is held) is kept.
+
+    Args:
+        directory: the folder (not its subfolders).
+        target: only the temps whose target's name (:func:`temp_target`) it accepts; None:
+            every temp file of lit_amp's prefix.
 
     Returns:
         The paths removed.
@@ -183,17 +248,24 @@ def remove_stale_temps(directory: str | os.PathLike) -> list[str]:
         ['.tmp-lit_amp-x']
     """
     directory = os.fspath(directory)
-    removed = []
+    removed: list[str] = []
     if not os.path.isdir(directory):
         return removed
     for name in os.listdir(directory):
         full = os.path.join(directory, name)
-        if name.startswith(TMP_PREFIX) and os.path.isfile(full):
-            try:
-                os.remove(full)
-                removed.append(full)
-            except FileNotFoundError:
-                pass
+        if not name.startswith(TMP_PREFIX) or not os.path.isfile(full):
+            continue
+        if target is not None:
+            owner = temp_target(name)
+            if owner is None or not target(owner):
+                continue
+        if _in_use(full):
+            continue
+        try:
+            os.remove(full)
+            removed.append(full)
+        except FileNotFoundError:
+            pass
     return removed
 
 

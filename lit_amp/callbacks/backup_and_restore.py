@@ -53,7 +53,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from lit_amp._io import checkpoint_payload, load_checkpoint, write_checkpoint
+from lit_amp._io import checkpoint_payload, load_checkpoint, remove_stale_temps, write_checkpoint
 from lit_amp._validation import check_bool, check_int
 from lit_amp.callbacks._utils import is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
@@ -313,7 +313,9 @@ class BackupAndRestore(Callback):
     train network and returns the epochs completed, from which training continues; then
     :meth:`prepare_dataset` restores the random state and skips the batches already trained.
     If :meth:`restore` was not called for the run, ``on_train_begin`` loads the weights (as
-    MindSpore does) without changing the epoch counter. Only global rank 0 writes or deletes.
+    MindSpore does) without changing the epoch counter. Only global rank 0 writes or deletes;
+    at train begin it also removes the temp files of ``backup.ckpt`` that a process killed
+    while writing it left in ``backup_dir`` (no other file).
 
     Args:
         backup_dir: the folder of ``backup.ckpt`` (created if missing).
@@ -489,6 +491,14 @@ class BackupAndRestore(Callback):
         """
         self._first_epoch = True
         cb = run_context.original_args()
+        if is_rank_zero(cb):
+            name = os.path.basename(self.backup_file)
+            removed = remove_stale_temps(os.path.dirname(self.backup_file),
+                                         lambda target: target == name)
+            if removed:
+                log.info("BackupAndRestore: removed %d temp file(s) of an interrupted backup "
+                         "write: %s", len(removed),
+                         ", ".join(os.path.basename(p) for p in removed))
         world = int(cb.get("device_number", 1) or 1)
         if self._restored:
             self._restored = False

@@ -8,7 +8,10 @@ One checkpoint format (issue #19): each file is a Lightning checkpoint. Inside a
 would write (the Trainer's ``dump_checkpoint``, built on **every** rank, so that a strategy
 that gathers sharded state can do so), plus lit_amp's keys (``append_info``,
 ``lit_amp_loss_scale``, ``lit_amp_boost``, ``lit_amp_format``; see :mod:`lit_amp._io`).
-Rank 0 writes it with :func:`lit_amp._io.write_checkpoint` (atomic, fsync-ed). Such a file
+Rank 0 writes it with :func:`lit_amp._io.write_checkpoint` (atomic, fsync-ed); at the start of
+training rank 0 removes the temp files a killed write of this callback left in ``directory``
+(those of its own file names, ``<prefix>[_N]-<epoch>_<step>[_breakpoint].ckpt``, whose writer
+is gone; :func:`lit_amp._io.remove_stale_temps`). Such a file
 resumes with Lightning's own ``Trainer.fit(lit_model, ckpt_path=file)``, loads with
 ``LitModel.load_from_checkpoint(file, network=...)`` and with :func:`lit_amp.load_checkpoint`.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import re
 import stat
 import threading
 import time
@@ -25,7 +29,7 @@ from typing import Any
 
 import torch
 
-from lit_amp._io import checkpoint_payload, write_checkpoint
+from lit_amp._io import checkpoint_payload, remove_stale_temps, write_checkpoint
 from lit_amp.callbacks._utils import is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
 from lit_amp.callbacks.checkpoint_config import CheckpointConfig
@@ -206,6 +210,10 @@ class ModelCheckpoint(Callback):
                 f"but got {type(config).__name__}."
             )
         self._config = config
+        # this callback's file names, whatever prefix_N MindSpore's rule picks (temps of a
+        # killed write are removed at train begin)
+        self._own_files = re.compile(
+            rf"{re.escape(prefix)}(_\d+)?-\d+_\d+(_breakpoint)?\.ckpt")
         self._prefix = _changed_prefix(self._directory, prefix)
         self._exception_prefix = _changed_prefix(self._directory, prefix, exception=True)
         self._manager = _CheckpointManager()
@@ -240,7 +248,14 @@ class ModelCheckpoint(Callback):
         return self._directory
 
     def on_train_begin(self, run_context: RunContext) -> None:
-        """Start the clocks and the step counter of this run."""
+        """Start the clocks and the step counter of this run; on rank 0 remove the temp files
+        a killed write of this callback left in ``directory``."""
+        if is_rank_zero(run_context.original_args()):
+            removed = remove_stale_temps(
+                self._directory, lambda name: self._own_files.fullmatch(name) is not None)
+            if removed:
+                log.info("ModelCheckpoint: removed %d temp file(s) of an interrupted write: %s",
+                         len(removed), ", ".join(os.path.basename(p) for p in removed))
         self._last_triggered_step = 0
         self._last_time = time.time()
         self._last_time_for_keep = time.time()

@@ -19,8 +19,10 @@ epoch=N``
 
 :func:`check_plugins` names the extra to install when an option needs a Hydra plugin that is
 missing (``hparams_search=optuna``: ``pip install lit_amp[optuna]``, ``hydra/launcher=slurm``:
-``lit_amp[slurm]``) or a logger's package (``logger=tensorboard|wandb|mlflow``). Imports no
-torch and no Lightning.
+``lit_amp[slurm]``) or a logger's package (``logger=tensorboard|wandb|mlflow``).
+:func:`check_packages` does the same for the composed config (a data set, a source or a
+logger chosen in a YAML file), before torch and Lightning are imported, so that a missing
+package is reported within a second of the start. Imports no torch and no Lightning.
 
 Example:
     >>> rewrite(["trainer.max_epochs=2", "model.optimizer.lr=0.1", "amp=O2"])[0]
@@ -31,10 +33,12 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
+from typing import Any
 
 from lit_amp.cli.schema import ConfigError
 
-__all__ = ["ALIASES", "PLUGINS", "rewrite", "check_plugins", "missing_extra"]
+__all__ = ["ALIASES", "PACKAGES", "PLUGINS", "rewrite", "check_packages", "check_plugins",
+           "missing_extra"]
 
 #: template key (or key prefix ending in ".") -> lit-amp's key
 ALIASES: dict[str, str] = {
@@ -66,6 +70,22 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "logger=mlflow": ("mlflow", "mlflow"),
 }
 _TENSORBOARD = ("tensorboard", "tensorboardX")
+
+#: ``_target_`` -> (modules, any one of which it needs; the lit_amp extra that installs it)
+PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
+    "lit_amp.demos.mnist1d_loaders": (("mnist1d",), "examples"),
+    "lit_amp.demos.data.mnist1d_loaders": (("mnist1d",), "examples"),
+    "lit_amp.rec.sources.KafkaSource": (("kafka",), "kafka"),
+    "lit_amp.rec.sources.kafka_source.KafkaSource": (("kafka",), "kafka"),
+    "lightning.pytorch.loggers.TensorBoardLogger": (_TENSORBOARD, "tensorboard"),
+    "lightning.pytorch.loggers.tensorboard.TensorBoardLogger": (_TENSORBOARD, "tensorboard"),
+    "lightning.pytorch.loggers.WandbLogger": (("wandb",), "wandb"),
+    "lightning.pytorch.loggers.wandb.WandbLogger": (("wandb",), "wandb"),
+    "lightning.pytorch.loggers.MLFlowLogger": (("mlflow",), "mlflow"),
+    "lightning.pytorch.loggers.mlflow.MLFlowLogger": (("mlflow",), "mlflow"),
+}
+#: a key of the target's node that replaces the package (KafkaSource's own consumer)
+_INSTEAD = {"kafka": "consumer_factory"}
 
 
 def _installed(module: str) -> bool:
@@ -114,6 +134,77 @@ def check_plugins(argv: Sequence[str]) -> None:
                     f"lit-amp: {option} needs a package that is not installed: "
                     f"pip install 'lit_amp[{extra}]'"
                 )
+
+
+def check_packages(cfg: Any) -> None:
+    """Refuse a composed config whose targets need a package that is not installed.
+
+    Only the targets of :data:`PACKAGES` are known; nothing is imported (``find_spec``).
+
+    Args:
+        cfg: the composed config (``hydra`` is not looked at).
+
+    Raises:
+        ConfigError: the message names the config key, the package and the extra.
+
+    Example:
+        >>> check_packages({"data": {"_target_": "lit_amp.demos.synthetic_loaders"}})
+    """
+    for key in list(cfg.keys()):
+        if key == "hydra":
+            continue
+        for where, target in _targets(_value(cfg, key), str(key)):
+            modules, extra = PACKAGES.get(str(target), ((), ""))
+            if not modules or any(_installed(m) for m in modules):
+                continue
+            owner = where.rpartition("._target_")[0] or where
+            instead = _INSTEAD.get(extra)
+            if instead and _node_has(cfg, owner, instead):
+                continue
+            raise ConfigError(
+                f"lit-amp: '{owner}' ({target}) needs the package '{modules[0]}', which is not "
+                f"installed: pip install 'lit_amp[{extra}]'"
+            )
+
+
+_MISSING = object()
+
+
+def _value(node: Any, key: Any) -> Any:
+    try:
+        return node[key]
+    except Exception:  # noqa: BLE001 - an interpolation that does not resolve here
+        return _MISSING
+
+
+def _targets(node: Any, where: str) -> list[tuple[str, Any]]:
+    """``(path of the _target_ key, target)`` below a config node (dicts and lists)."""
+    if hasattr(node, "keys") and callable(node.keys):
+        out = []
+        for key in list(node.keys()):
+            path = f"{where}.{key}"
+            value = _value(node, key)
+            if key == "_target_":
+                out.append((path, value))
+            elif value is not _MISSING:
+                out += _targets(value, path)
+        return out
+    if isinstance(node, (list, tuple)) or type(node).__name__ == "ListConfig":
+        return [t for i, v in enumerate(node) for t in _targets(v, f"{where}[{i}]")]
+    return []
+
+
+def _node_has(cfg: Any, where: str, key: str) -> bool:
+    node = cfg
+    for part in where.split("."):
+        try:
+            node = node[part]
+        except Exception:  # noqa: BLE001 - a list index or a missing key
+            return False
+    try:
+        return node.get(key) is not None
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def rewrite(argv: Sequence[str]) -> tuple[list[str], list[str]]:

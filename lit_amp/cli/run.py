@@ -82,6 +82,18 @@ def _overrides() -> list[str]:
     return [str(o) for o in HydraConfig.get().overrides.task]
 
 
+def _job_num() -> dict:
+    """``{"job_num": n}`` for a job of a ``-m`` sweep (its place in the sweep), else ``{}``."""
+    if not _in_multirun():
+        return {}
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return {"job_num": int(HydraConfig.get().job.num)}
+    except (TypeError, ValueError, AttributeError):
+        return {}
+
+
 def _scalar(v: Any) -> Any:
     import torch
 
@@ -156,6 +168,35 @@ def _resume(cfg: DictConfig, b: Built) -> tuple[int, list]:
     return resume.epoch, [ResumeCallback(resume)]
 
 
+def no_validation_note(vf: Any, initial: int, epochs: int) -> str | None:
+    """The one line saying that fit validates in none of the epochs it trains, else None.
+
+    MindSpore's ``Model.fit`` validates after epoch ``e`` when ``e % valid_frequency == 0``
+    (or ``e`` is in a list); ``epochs=2`` with ``valid_frequency=5`` never does.
+
+    Example:
+        >>> no_validation_note(1, 0, 2) is None, no_validation_note([2], 0, 3) is None
+        (True, True)
+        >>> print(no_validation_note(5, 0, 2))  # doctest: +ELLIPSIS
+        lit-amp: no validation during training: no epoch of 1..2 is a multiple of ...
+    """
+    trained = range(initial + 1, epochs + 1)
+    if isinstance(vf, int) and not isinstance(vf, bool) and vf >= 1:
+        if any(e % vf == 0 for e in trained):
+            return None
+        which = f"a multiple of valid_frequency={vf}"
+    elif isinstance(vf, list):
+        if any(e in trained for e in vf):
+            return None
+        which = f"in valid_frequency={vf}"
+    else:
+        return None
+    span = f"{trained.start}..{trained.stop - 1}"
+    return (f"lit-amp: no validation during training: no epoch of {span} is {which} "
+            "(MindSpore validates after epoch e when e % valid_frequency == 0); the model is "
+            "evaluated once after the last epoch. valid_frequency=1 validates every epoch.")
+
+
 def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
     model = b.model
     sink = bool(cfg.dataset_sink_mode)
@@ -172,6 +213,10 @@ def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
         log.info("optimizer=thor: no validation during training (MindSpore's THOR model "
                  "refuses it); the model is evaluated after the last epoch.")
         vf = None
+    if vf is not None and b.valid is not None and b.metrics:
+        note = no_validation_note(vf, initial, int(cfg.epochs))
+        if note is not None:
+            log.warning(note)
     if vf is None or b.valid is None or not b.metrics:
         model.train(
             int(cfg.epochs), b.train, callbacks=callbacks, dataset_sink_mode=sink,
@@ -290,6 +335,7 @@ def _result_base(cfg: DictConfig) -> dict:
     return {
         "task_name": str(cfg.task_name),
         "mode": _name(cfg.mode),
+        **_job_num(),
         "overrides": _overrides(),
         "amp": _name(cfg.amp.level),
         "boost": _name(cfg.boost.level),

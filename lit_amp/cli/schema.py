@@ -89,7 +89,7 @@ class LitAmpSchema:
     mode: Mode = Mode.train
     seed: Optional[int] = 0  # noqa: UP045
     epochs: int = 30
-    valid_frequency: Any = 5
+    valid_frequency: Any = 1
     dataset_sink_mode: bool = False
     sink_size: int = -1
     ckpt_path: Optional[str] = None  # noqa: UP045

@@ -8,6 +8,8 @@ into ``summary.md``, ``summary.json`` and — when matplotlib is installed
 directory, and prints the table. A sweep over ``seed`` also gets :func:`seed_table`: the mean
 ± standard deviation of the metric over the seeds of each remaining combination. A sweep in
 which any job failed ends with exit status 1 (``lit-amp`` checks :data:`last_failures`).
+Every job of the sweep is listed with its state — done, failed, interrupted or not started
+(:mod:`lit_amp.cli.sweep_state`) — and an incomplete sweep says so and how to resume it.
 The same can be done by hand::
 
     python -m lit_amp.cli.sweep_summary runs/train/multirun/2026-01-01_12-00-00
@@ -16,7 +18,7 @@ Example:
     >>> rows = [{"overrides": ["amp=O0"], "status": "ok", "value": 0.9, "samples_per_sec": 1e4,
     ...          "optimized_metric": "acc", "metrics": {"acc": 0.9}}]
     >>> print(markdown_table(rows).splitlines()[0])
-    | run | amp | status | acc | samples/s | wall s |
+    | run | amp | state | acc | samples/s | wall s |
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lit_amp.cli import sweep_state
+
 __all__ = [
+    "all_jobs",
     "load_results",
     "markdown_table",
     "seed_table",
@@ -48,14 +53,35 @@ log = logging.getLogger(__name__)
 last_failures: list[str] = []
 
 
+def _state(row: dict) -> str:
+    """A row's state: done / failed / interrupted / not started (see :mod:`sweep_state`)."""
+    if row.get("state"):
+        return str(row["state"])
+    status = row.get("status")
+    return {"ok": "done", "interrupted": "interrupted"}.get(str(status), "failed")
+
+
 def failures(rows: Sequence[dict]) -> list[str]:
-    """The directories of the jobs whose ``status`` is not ``ok``.
+    """The directories of the jobs that failed (not those interrupted or not started).
 
     Example:
         >>> failures([{"_dir": "0", "status": "ok"}, {"_dir": "1", "status": "failed"}])
         ['1']
     """
-    return [str(r.get("_dir", "?")) for r in rows if r.get("status") != "ok"]
+    return [str(r.get("_dir", "?")) for r in rows if _state(r) == "failed"]
+
+
+def all_jobs(sweep_dir: str | Path) -> list[dict]:
+    """Every job of the sweep with its ``state``: the ``result.json`` s, the jobs started
+    without one, and (from ``sweep.json``) those never started.
+
+    Example:
+        >>> all_jobs("/nonexistent")
+        []
+    """
+    manifest = sweep_state.load_manifest(sweep_dir)
+    return sweep_state.job_states(manifest["jobs"] if manifest else None,
+                                  load_results(sweep_dir), sweep_state.load_jobs(sweep_dir))
 
 
 def load_results(sweep_dir: str | Path) -> list[dict]:
@@ -122,16 +148,19 @@ def markdown_table(rows: Sequence[dict]) -> str:
     """A markdown table: run, swept keys, status, the optimized metric, throughput, wall time."""
     keys = _swept_keys(rows)
     metric = next((r.get("optimized_metric") for r in rows if r.get("optimized_metric")), "value")
-    head = ["run", *keys, "status", str(metric), "samples/s", "wall s"]
+    head = ["run", *keys, "state", str(metric), "samples/s", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         ov = {}
         for o in r.get("overrides") or []:
             k, _, v = str(o).partition("=")
             ov[k.lstrip("+~")] = v
-        status = r.get("status", "?")
-        if status != "ok" and r.get("error"):
-            status = f"{status}: {str(r['error']).splitlines()[0][:60]}"
+        status = _state(r)
+        error = str(r.get("error") or "").splitlines()[0][:60] if r.get("error") else ""
+        if error.startswith("interrupted by "):
+            status = f"{status} ({error.removeprefix('interrupted by ')})"
+        elif status != "done" and error:
+            status = f"{status}: {error}"
         cells = [
             r.get("_dir", ""),
             *(ov.get(k, "") for k in keys),
@@ -155,7 +184,8 @@ def _overrides_of(row: dict) -> dict[str, str]:
 def seed_table(rows: Sequence[dict], key: str = "seed") -> str | None:
     """Mean ± sample standard deviation of the metric over ``key`` (the seeds), per combination.
 
-    Failed jobs are left out of the statistics and counted in the ``failed`` column.
+    Failed jobs are left out of the statistics and counted in the ``failed`` column; jobs
+    interrupted or not started (an incomplete sweep) in a ``missing`` column.
 
     Args:
         rows: the sweep's results (:func:`load_results`).
@@ -183,7 +213,9 @@ def seed_table(rows: Sequence[dict], key: str = "seed") -> str | None:
         ov = _overrides_of(r)
         groups.setdefault(tuple(ov.get(k, "") for k in others), []).append(r)
     metric = next((r.get("optimized_metric") for r in rows if r.get("optimized_metric")), "value")
-    head = [*others, f"{metric} (mean ± std over {key})", "n", "failed"]
+    missing = any(_state(r) not in ("done", "failed") for r in rows)
+    head = [*others, f"{metric} (mean ± std over {key})", "n", "failed",
+            *(["missing"] if missing else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for combo, members in groups.items():
         vals = [float(r["value"]) for r in members
@@ -193,7 +225,10 @@ def seed_table(rows: Sequence[dict], key: str = "seed") -> str | None:
         mean = sum(vals) / n if n else math.nan
         std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else math.nan
         cell = f"{_fmt(mean)} ± {_fmt(std)}" if n else "no successful job"
-        lines.append("| " + " | ".join([*combo, cell, str(n), str(len(members) - n)]) + " |")
+        failed = sum(1 for r in members if _state(r) == "failed")
+        gone = len(members) - n - failed
+        cells = [*combo, cell, str(n), str(failed), *([str(gone)] if missing else [])]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -280,8 +315,8 @@ def _plot(rows: Sequence[dict], path: Path) -> Path | None:
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     for i, r in enumerate(rows):
-        if r.get("status") != "ok":
-            axes[0].annotate("failed", (i, 0), ha="center", va="bottom", color="red")
+        if _state(r) != "done":
+            axes[0].annotate(_state(r), (i, 0), ha="center", va="bottom", color="red")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -299,7 +334,7 @@ def summarize(sweep_dir: str | Path, *, plot: bool = True) -> str | None:
         The markdown table, or None when the directory holds no ``result.json``.
     """
     root = Path(sweep_dir)
-    rows = load_results(root)
+    rows = all_jobs(root)
     if not rows:
         return None
     table = markdown_table(rows)
@@ -309,6 +344,9 @@ def summarize(sweep_dir: str | Path, *, plot: bool = True) -> str | None:
     failed = failures(rows)
     if failed:
         table += f"\n\n{len(failed)} of {len(rows)} jobs FAILED: {', '.join(failed)}"
+    incomplete = sweep_state.incomplete_line(rows)
+    if incomplete:
+        table += f"\n\n{incomplete[0].upper()}{incomplete[1:]}."
     (root / "summary.md").write_text(f"# lit-amp sweep: {root}\n\n{table}\n")
     (root / "summary.json").write_text(json.dumps(rows, indent=2, default=str))
     if plot:
@@ -337,10 +375,19 @@ class SweepSummary(_HydraCallback):  # type: ignore[misc,valid-type]
     def __init__(self, plot: bool = True) -> None:
         self.plot = plot
 
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        """Write ``sweep.json``: every job of the sweep (see :mod:`sweep_state`)."""
+        sweep_state.start_sweep(config)
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        """In a sweep, mark the job started (``<job>/job.json``)."""
+        if str(config.hydra.get("mode", "")).endswith("MULTIRUN"):
+            sweep_state.start_job(config)
+
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         table = summarize(sweep_dir, plot=self.plot)
-        last_failures[:] = failures(load_results(sweep_dir))
+        last_failures[:] = failures(all_jobs(sweep_dir))
         if table is None:
             return
         print(f"\nlit-amp sweep summary ({sweep_dir}/summary.md):\n{table}", flush=True)
@@ -350,7 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m lit_amp.cli.sweep_summary SWEEP_DIR``: (re)write and print a sweep's summary.
 
     Returns:
-        0, or 1 when a job of the sweep failed (or none wrote a result), 2 on a usage error.
+        0, or 1 when a job of the sweep failed or did not finish (or none wrote a result),
+        2 on a usage error.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
@@ -361,7 +409,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"no result.json under {args[0]}", file=sys.stderr)
         return 1
     print(table)
-    return 1 if failures(load_results(args[0])) else 0
+    rows = all_jobs(args[0])
+    return 1 if failures(rows) or sweep_state.incomplete_line(rows) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -59,8 +59,8 @@ def test_summary_table_json_and_plot(tmp_path):
     rows = load_results(tmp_path)
     assert [r["_dir"] for r in rows] == ["0", "1", "2"]
     table = markdown_table(rows)
-    assert table.splitlines()[0] == "| run | amp | status | acc | samples/s | wall s |"
-    assert "| 1 | O1 | ok | 0.6000 | 200.0 | 1.0 |" in table
+    assert table.splitlines()[0] == "| run | amp | state | acc | samples/s | wall s |"
+    assert "| 1 | O1 | done | 0.6000 | 200.0 | 1.0 |" in table
     assert "failed: RuntimeError: boom" in table
     summary = summarize(tmp_path)
     assert summary.startswith(table) and summary.endswith("1 of 3 jobs FAILED: 2")

@@ -116,7 +116,7 @@ def test_multirun_sweep_of_two_amp_levels(tmp_path):
     assert [r["amp"] for r in results] == ["O0", "O2"]
     assert all(r["status"] == "ok" and 0.0 <= r["value"] <= 1.0 for r in results)
     summary = (sweep / "summary.md").read_text()
-    assert "| 0 | O0 | ok |" in summary and "| 1 | O2 | ok |" in summary
+    assert "| 0 | O0 | done |" in summary and "| 1 | O2 | done |" in summary
     assert "lit-amp sweep summary" in proc.stdout
     assert (sweep / "summary.png").is_file()
 
@@ -152,7 +152,7 @@ def test_multirun_sweep_with_the_ddp_script_launcher(tmp_path):
         assert [r["world"] for r in ranks] == [2, 2]
         assert ranks[0]["weights"] == ranks[1]["weights"]
     summary = (sweep / "summary.md").read_text()
-    assert "| 0 | O0 | ok |" in summary and "| 3 | O3 | ok |" in summary
+    assert "| 0 | O0 | done |" in summary and "| 3 | O3 | done |" in summary
     # the workers ran the job's own overrides in the job's dir, not the whole sweep again
     assert not (sweep / "0" / "0").exists() and not (tmp_path / "multirun").exists()
     # the checkpoint rank 0 wrote under DDP reloads in a single process, same accuracy

@@ -1,0 +1,99 @@
+"""Temp files of a killed checkpoint / backup write are removed when training starts again.
+
+A process killed while ``ModelCheckpoint`` or ``BackupAndRestore`` writes leaves the temp file
+of the atomic write behind (full-size: one per preemption). The next run removes those of its
+own files only, in its own directory — never another program's files, another prefix's, or
+a temp file whose write is still in progress.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lit_amp.callbacks.backup_and_restore import BackupAndRestore
+from lit_amp.callbacks.checkpoint import CheckpointConfig, ModelCheckpoint
+from tests.callbacks._helpers import simulate_train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# a writer killed in the middle of both writes (kill -9: no cleanup of any kind)
+_KILLED_WRITER = """
+import sys, threading, time
+from lit_amp._io import atomic_write
+def stuck(f):
+    f.write(b"half a checkpoint")
+    f.flush()
+    time.sleep(600)
+ckpt, backup = sys.argv[1], sys.argv[2]
+threading.Thread(target=atomic_write, args=(backup, stuck), daemon=True).start()
+atomic_write(ckpt, stuck)
+"""
+
+
+def _killed_mid_write(ckpt: Path, backup: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(ckpt), str(backup)],
+                            env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            temps = [p for d in {ckpt.parent, backup.parent} for p in d.iterdir()
+                     if p.name.startswith(".tmp")]
+            if len(temps) == 2:
+                break
+            assert proc.poll() is None, "the writer died before writing"
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the writer wrote no temp files")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def _foreign(directory: Path) -> list[Path]:
+    """Files that are not the callback's: another program's and another lit_amp prefix's."""
+    names = ["data.tmp", ".tmp-other-program", "net-1_4.ckpt.tmp",
+             ".tmp-lit_amp-other-1_4.ckpt.abc123", ".tmp-lit_amp-backup.ckpt.abc123"]
+    paths = [directory / n for n in names]
+    for p in paths:
+        p.write_bytes(b"not mine")
+    return paths
+
+
+def test_a_killed_write_leaves_temps_that_the_next_run_removes(tmp_path):
+    ckpt_dir, backup_dir = tmp_path / "ckpt", tmp_path / "backup"
+    ckpt_dir.mkdir()
+    backup_dir.mkdir()
+    _killed_mid_write(ckpt_dir / "net-2_3.ckpt", backup_dir / "backup.ckpt")
+    stale = sorted(p.name for d in (ckpt_dir, backup_dir) for p in d.iterdir())
+    assert len(stale) == 2 and all(n.startswith(".tmp-lit_amp-") for n in stale), stale
+    foreign_ckpt = _foreign(ckpt_dir)
+    (backup_dir / "data.tmp").write_bytes(b"not mine")
+
+    # the rerun: its prefix becomes net_1 (net's files exist) and the old temps still go
+    (ckpt_dir / "net-1_3.ckpt").write_bytes(b"")
+    mc = ModelCheckpoint(prefix="net", directory=str(ckpt_dir),
+                         config=CheckpointConfig(save_checkpoint_steps=100))
+    bar = BackupAndRestore(str(backup_dir), delete_checkpoint=False)
+    simulate_train([mc, bar], epochs=1, batches=2)
+
+    left = sorted(p.name for p in ckpt_dir.iterdir())
+    assert left == sorted([*(p.name for p in foreign_ckpt), "net-1_3.ckpt", "net_1-1_2.ckpt"])
+    assert sorted(p.name for p in backup_dir.iterdir()) == ["backup.ckpt", "data.tmp"]
+
+
+def test_a_write_in_progress_keeps_its_temp(tmp_path):
+    busy = tmp_path / ".tmp-lit_amp-CKP-1_1.ckpt.busy01"
+    busy.write_bytes(b"being written")
+    with open(busy, "rb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # another process's atomic_write holds it
+        simulate_train([ModelCheckpoint(directory=str(tmp_path))], epochs=1, batches=1)
+        assert busy.exists()
+    simulate_train([ModelCheckpoint(directory=str(tmp_path))], epochs=1, batches=1)
+    assert not busy.exists()  # its writer is gone: removed at the next start
