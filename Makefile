@@ -2,22 +2,37 @@
 PY        ?= python3
 VENV      := .venv
 VPY       := $(VENV)/bin/python
-STAMP     := $(VENV)/.installed
+# One install stamp per purpose, each on top of the run set:
+#   RUN_STAMP  torch, lit_amp and its dependencies (the default run's MNIST-1D included): demo
+#   STAMP      + the test tools (the dev extra) and the docs tools (the suite builds the API
+#              reference): test, lint, bench, gpu-report
+#   DOCS_STAMP + the docs tools: docs
+RUN_STAMP  := $(VENV)/.installed-run
+STAMP      := $(VENV)/.installed-test
+DOCS_STAMP := $(VENV)/.installed-docs
 # On a machine without CUDA, take the CPU build of torch (it lies on disk here; an unpinned
 # `torch` would pull a multi-GB CUDA build).
 TORCH_PIN ?= torch==2.13.0
 
 .PHONY: demo test bench lint clean conformance-record docs gpu-wheels gpu-check gpu-report
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1; then $(VPY) -m pip install -q torch; \
 	else $(VPY) -m pip install -q $(TORCH_PIN); fi
-	$(VPY) -m pip install -q -e ".[dev,examples,docs]"
-	touch $(STAMP)
+	$(VPY) -m pip install -q -e .
+	touch $@
 
-demo: $(STAMP)
+$(STAMP): $(RUN_STAMP)
+	$(VPY) -m pip install -q -e ".[dev,docs]"
+	touch $@
+
+$(DOCS_STAMP): $(RUN_STAMP)
+	$(VPY) -m pip install -q -e ".[docs]"
+	touch $@
+
+demo: $(RUN_STAMP)
 	$(VPY) examples/demo.py
 
 # The CPU suite (pytest's options live in pyproject.toml). A GPU, if the machine has one, is
@@ -55,7 +70,7 @@ bench: $(STAMP)
 	$(VPY) bench/thor.py
 
 # the API reference from the docstrings (mkdocs-material + mkdocstrings), into site/
-docs: $(STAMP)
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: $(STAMP)

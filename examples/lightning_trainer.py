@@ -9,7 +9,13 @@ network with MindSpore's lr/damping schedules. Everything else is plain Lightnin
 progress bar, CSVLogger, ``trainer.validate``.
 
 Run: ``.venv/bin/python examples/lightning_trainer.py [--optimizer thor|adam] [--amp O2]
-[--boost O1] [--epochs 3] [--devices 2 --strategy ddp_spawn]``
+[--boost O1] [--epochs 3] [--devices 2 --strategy ddp]``
+
+With ``--strategy ddp`` Lightning re-runs this script for each process, so every process holds
+the whole trained state (optimizer, loss scale, boost) for ``trainer.validate``. ``ddp_spawn``
+and ``ddp_fork`` are refused by ``LitModel`` at fit start (each worker raises a ValueError
+naming ``'ddp'``, which ``trainer.fit`` re-raises here): their workers would send back only the
+weights.
 """
 
 from __future__ import annotations

@@ -284,7 +284,10 @@ def check_in_process(trainer: L.Trainer, api: str, requested: Any = None) -> Non
     and the logged scalars, so this process would keep an empty optimizer state, epoch
     counter 0, the old loss scale and boost state and stale callbacks, and a following
     ``train(..., initial_epoch=k)`` would silently restart them (per-class metrics of
-    ``eval`` would be dropped the same way).
+    ``eval`` would be dropped the same way). ``Model`` calls it before its Trainer starts;
+    ``LitModel`` in the user's own Trainer at fit start (``configure_callbacks``, in the
+    workers before they meet: the calling process then raises torch's
+    ``ProcessRaisedException`` carrying this message).
 
     Args:
         trainer: the Trainer of the call.
@@ -301,11 +304,12 @@ def check_in_process(trainer: L.Trainer, api: str, requested: Any = None) -> Non
 
     launcher = getattr(trainer.strategy, "launcher", None)
     if isinstance(launcher, _MultiProcessingLauncher):
-        name = requested if isinstance(requested, str) else type(trainer.strategy).__name__
+        method = getattr(launcher, "_start_method", "?")
+        name = requested if isinstance(requested, str) else f"ddp_{method}"
         raise ValueError(
             f"For '{api}', the argument 'trainer' must not use a strategy that starts its own "
-            f"worker processes (got strategy={name!r}, start method "
-            f"{getattr(launcher, '_start_method', '?')!r}): only the weights would come back "
+            f"worker processes (got strategy={name!r}, start method {method!r}): only the "
+            "weights would come back "
             "to this process, not the optimizer, loss-scale and boost state, the epoch and "
             "step counters or the callbacks' state, so a later call would silently restart "
             "them. Use strategy='ddp' (Lightning re-runs the script for each process; under "

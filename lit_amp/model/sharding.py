@@ -7,7 +7,11 @@ shards an unparallelized network itself:
 
 * **Rule**: ``fully_shard`` on every direct child of the network that holds parameters, except
   normalization layers (BatchNorm, LayerNorm, GroupNorm, ...), whose few parameters stay with
-  the root; then ``fully_shard`` on the network (the root); every unit reshards after its
+  the root, and children that share a parameter with another part of the network (a head
+  tied to the embedding, ``head.weight = emb.weight``): sharding each of them would make two
+  shards of one weight and break the tie, so they stay with their common parent, the root,
+  whose unit holds the shared weight once; then ``fully_shard`` on the network (the root);
+  every unit reshards after its
   forward, so outside a step every parameter is a shard. A network whose parameters already
   are ``DTensor`` s (sharded by an earlier call, or by the user) is left as it is, so a second
   ``train``/``eval`` on the same model does not shard twice.
@@ -15,9 +19,11 @@ shards an unparallelized network itself:
   user's optimizer is kept (the same object, so every reference to it stays valid) and its
   param groups are re-pointed, by parameter name, at the new parameters; hyper-parameters and
   per-group options are untouched, existing state is sharded like its parameter. At fit start
-  every parameter the optimizer holds must be a sharded parameter of the model, else
-  ``ValueError`` (e.g. ``fully_shard`` applied by the user after building the optimizer: the
-  optimizer would update parameters the model no longer uses and nothing would train).
+  ownership is checked both ways, else ``ValueError``: every parameter the optimizer holds must
+  be a sharded parameter of the model (not so after ``fully_shard`` applied by the user after
+  building the optimizer: the optimizer would update parameters the model no longer uses and
+  nothing would train), and every trainable parameter of the model must be in the optimizer
+  (else it would get gradients and never change, silently).
 * **Refused**: THOR (its statistics hooks and matrices work on full layers) and boost levels
   (``boost_level`` != "O0": their algorithms wrap DDP) — use ``'ddp'``. A
   ``ModelParallelStrategy`` with ``tensor_parallel_size > 1`` and no tensor-parallel plan
@@ -137,6 +143,22 @@ def _holds_params(module: nn.Module) -> bool:
     return next(module.parameters(), None) is not None
 
 
+def _tied_children(network: nn.Module) -> set[str]:
+    """Names of ``network``'s direct children that share a parameter with another part of it
+    (a tied embedding and head, or a child registered twice); ``""`` stands for the root.
+
+    Example:
+        >>> net = nn.Sequential(nn.Embedding(4, 2), nn.Linear(2, 2), nn.Linear(2, 4, bias=False))
+        >>> net[2].weight = net[0].weight
+        >>> sorted(_tied_children(net))
+        ['0', '2']
+    """
+    owners: dict[int, set[str]] = {}
+    for name, p in network.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(p), set()).add(name.split(".", 1)[0] if "." in name else "")
+    return {o for s in owners.values() if len(s) > 1 for o in s}
+
+
 def shard_network(network: nn.Module, mesh: Any) -> dict[int, nn.Parameter]:
     """``fully_shard`` the network by the module rule; returns ``{id(old param): new param}``.
 
@@ -150,8 +172,9 @@ def shard_network(network: nn.Module, mesh: Any) -> dict[int, nn.Parameter]:
     from torch.distributed.fsdp import fully_shard
 
     names = {id(p): n for n, p in network.named_parameters()}
-    for child in network.children():
-        if _holds_params(child) and not isinstance(child, _NORMS):
+    tied = _tied_children(network)
+    for name, child in network.named_children():
+        if _holds_params(child) and not isinstance(child, _NORMS) and name not in tied:
             fully_shard(child, mesh=mesh, reshard_after_forward=True)
     # the root reshards too (its few parameters are gathered again in backward): outside a
     # forward/backward every parameter is a DTensor, also after an eval or predict forward
@@ -182,14 +205,16 @@ def _repoint_optimizer(optimizer: torch.optim.Optimizer, mapping: dict[int, nn.P
 
 
 def check_optimizer_owns(optimizer: torch.optim.Optimizer | None, model: nn.Module) -> None:
-    """Refuse an optimizer holding a parameter that is not a sharded parameter of ``model``.
+    """Refuse an optimizer holding a parameter that is not a sharded parameter of ``model``,
+    or missing a trainable parameter of ``model``.
 
     Args:
         optimizer: the optimizer (None: nothing to check).
         model: the LightningModule whose parameters FSDP2 reduces.
 
     Raises:
-        ValueError: a parameter of ``optimizer`` is not one of ``model``'s, or is not sharded.
+        ValueError: a parameter of ``optimizer`` is not one of ``model``'s, or is not sharded;
+            a parameter of ``model`` with ``requires_grad`` is not in ``optimizer``.
 
     Example:
         >>> net = nn.Linear(2, 2)
@@ -215,6 +240,16 @@ def check_optimizer_owns(optimizer: torch.optim.Optimizer | None, model: nn.Modu
             "network.parameters() *before* sharding and let lit_amp shard the network (pass "
             "the plain network with strategy 'fsdp2'), or, if you apply fully_shard yourself, "
             "build the optimizer after it."
+        )
+    held = {id(p) for p in params}
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in held]
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:4]) + (", ..." if len(missing) > 4 else "")
+        raise ValueError(
+            "For 'Model'/'LitModel', the argument 'optimizer' must hold every trainable "
+            f"parameter of the model under FSDP2, but {len(missing)} are not in the optimizer "
+            f"({shown}): they would get gradients and never change. Build the optimizer over "
+            "network.parameters(), or set requires_grad=False on the parameters to freeze."
         )
 
 
