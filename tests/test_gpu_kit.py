@@ -22,10 +22,9 @@ from gpu import check, report, wheels
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-# what the GPU machine runs: lit_amp, its tests (dev) and the demo data (examples)
+# what the GPU machine runs: lit_amp (the demo data included) and its tests (dev)
 NEEDED = [*PYPROJECT["project"]["dependencies"],
-          *PYPROJECT["project"]["optional-dependencies"]["dev"],
-          *PYPROJECT["project"]["optional-dependencies"]["examples"]]
+          *PYPROJECT["project"]["optional-dependencies"]["dev"]]
 GPU_MARKERS = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3",
                "sys_platform": "linux", "platform_machine": "x86_64", "extra": ""}
 

@@ -71,10 +71,11 @@ PLUGINS: dict[str, tuple[str, str]] = {
 }
 _TENSORBOARD = ("tensorboard", "tensorboardX")
 
-#: ``_target_`` -> (modules, any one of which it needs; the lit_amp extra that installs it)
+#: ``_target_`` -> (modules, any one of which it needs; the lit_amp extra that installs it, ""
+#: for a core dependency: reinstalling lit_amp brings it)
 PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
-    "lit_amp.demos.mnist1d_loaders": (("mnist1d",), "examples"),
-    "lit_amp.demos.data.mnist1d_loaders": (("mnist1d",), "examples"),
+    "lit_amp.demos.mnist1d_loaders": (("mnist1d",), ""),
+    "lit_amp.demos.data.mnist1d_loaders": (("mnist1d",), ""),
     "lit_amp.rec.sources.KafkaSource": (("kafka",), "kafka"),
     "lit_amp.rec.sources.kafka_source.KafkaSource": (("kafka",), "kafka"),
     "lightning.pytorch.loggers.TensorBoardLogger": (_TENSORBOARD, "tensorboard"),
@@ -161,9 +162,11 @@ def check_packages(cfg: Any) -> None:
             instead = _INSTEAD.get(extra)
             if instead and _node_has(cfg, owner, instead):
                 continue
+            how = (f"pip install 'lit_amp[{extra}]'" if extra
+                   else "pip install lit_amp (it is a dependency)")
             raise ConfigError(
                 f"lit-amp: '{owner}' ({target}) needs the package '{modules[0]}', which is not "
-                f"installed: pip install 'lit_amp[{extra}]'"
+                f"installed: {how}"
             )
 
 

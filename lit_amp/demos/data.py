@@ -3,7 +3,7 @@
 - :func:`synthetic_loaders` — a learnable, seeded classification problem shaped like MNIST-1D
   (``data=synthetic``): quick to make, used by fast tests and throughput sweeps.
 - :func:`mnist1d_loaders` / :func:`mnist1d_arrays` — MNIST-1D (Greydanus 2020) generated
-  locally by the ``mnist1d`` package (the ``[examples]`` extra): 4000 training and 1000 test
+  locally by the ``mnist1d`` package (a dependency of lit_amp): 4000 training and 1000 test
   sequences of length 40, 10 classes (``data=mnist1d``, the default experiment).
 
 Example:
@@ -96,7 +96,7 @@ def mnist1d_arrays(seed: int = 42) -> dict[str, np.ndarray]:
         ``{"x", "y", "x_test", "y_test"}`` numpy arrays (cached per seed).
 
     Raises:
-        ImportError: the ``mnist1d`` package is missing (install ``lit_amp[examples]``).
+        ImportError: the ``mnist1d`` package is missing (a dependency: reinstall lit_amp).
 
     Example:
         >>> mnist1d_arrays()["x"].shape  # doctest: +SKIP
@@ -106,7 +106,8 @@ def mnist1d_arrays(seed: int = 42) -> dict[str, np.ndarray]:
         from mnist1d.data import get_dataset_args, make_dataset
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "MNIST-1D needs the 'mnist1d' package: pip install 'lit_amp[examples]'."
+            "MNIST-1D needs the 'mnist1d' package, a dependency of lit_amp: pip install lit_amp "
+            "(or pip install mnist1d)."
         ) from exc
     args = get_dataset_args()
     args.seed = seed
