@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback
+from lightning_utilities.core.apply_func import apply_to_collection
 
 __all__ = [
     "dataset_size",
@@ -113,13 +114,8 @@ def as_batch_tuple(batch: Any, *, expect_pair: bool) -> tuple:
 
 def pin_batch(batch: Any) -> Any:
     """Pin the CPU tensors of a (nested) batch so that host-to-CUDA copies can be asynchronous."""
-    if torch.is_tensor(batch):
-        return batch.pin_memory() if batch.device.type == "cpu" else batch
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(pin_batch(b) for b in batch)
-    if isinstance(batch, dict):
-        return {k: pin_batch(v) for k, v in batch.items()}
-    return batch
+    return apply_to_collection(
+        batch, torch.Tensor, lambda t: t.pin_memory() if t.device.type == "cpu" else t)
 
 
 class ReIterable:
@@ -436,23 +432,20 @@ class PaddingTrim:
 
 def _head(batch: Any, keep: int, size: int, batch_idx: int) -> Any:
     """``batch`` with only its first ``keep`` of ``size`` samples (first dimension)."""
-    if torch.is_tensor(batch):
-        if batch.dim() == 0 or batch.shape[0] != size:
+
+    def cut(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 0 or t.shape[0] != size:
             raise ValueError(
                 f"Evaluation batch {batch_idx} holds {size - keep} sample(s) that the "
                 f"DistributedSampler repeated to give every rank as many, which lit_amp cuts "
                 f"from the first dimension of each tensor; but a tensor of the batch has shape "
-                f"{tuple(batch.shape)}, not {size} first. Give the DataLoader a collate_fn "
+                f"{tuple(t.shape)}, not {size} first. Give the DataLoader a collate_fn "
                 "that keeps the samples on the first dimension, or evaluate through "
                 "Model.eval a DataLoader with a plain sampler (split by whole batches)."
             )
-        return batch[:keep]
-    if isinstance(batch, dict):
-        return {k: _head(v, keep, size, batch_idx) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        items = [_head(b, keep, size, batch_idx) for b in batch]
-        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
-    return batch
+        return t[:keep]
+
+    return apply_to_collection(batch, torch.Tensor, cut)
 
 
 def padding_trim(loaders: Any) -> PaddingTrim | None:

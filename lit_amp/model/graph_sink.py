@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from lightning_utilities.core.apply_func import apply_to_collection
 from torch import nn
 
 from lit_amp._validation import type_error, value_error
@@ -333,16 +334,7 @@ def _signature(batch: Any, leaves: list[torch.Tensor], device: torch.device) -> 
 
 def _rebuild(batch: Any, tensors: Any) -> Any:
     """``batch``'s structure with its tensors taken, in order, from the iterator ``tensors``."""
-    if torch.is_tensor(batch):
-        return next(tensors)
-    if isinstance(batch, tuple):
-        items = [_rebuild(b, tensors) for b in batch]
-        return type(batch)(*items) if hasattr(batch, "_fields") else tuple(items)
-    if isinstance(batch, list):
-        return [_rebuild(b, tensors) for b in batch]
-    if isinstance(batch, dict):
-        return {k: _rebuild(v, tensors) for k, v in batch.items()}
-    return batch
+    return apply_to_collection(batch, torch.Tensor, lambda _: next(tensors))
 
 
 # ----------------------------------------------------------------------------- runner
@@ -394,6 +386,7 @@ class SinkGraph:
         #: CUDA: plan again when what the graph bakes in changes (elsewhere: plan once)
         self._watch = device.type == "cuda"
         self._plan: SinkGraphPlan | None = None
+        self._setting: bool | str | None = None  # lit.sink_graph when last planned
         self._fingerprint: Any = None
         self._warm = 0
         self._graph: Any = None
@@ -506,11 +499,13 @@ class SinkGraph:
     def run(self, steps: Any) -> dict[str, Any]:
         """Train on every batch of ``steps`` (one sink); returns the last step's outputs."""
         lit = self._lit
-        snap = self._snapshot() if self._watch else None
-        if self._plan is None or snap is not None:
-            if self._plan is None or snap != self._fingerprint:
-                self._fingerprint = snap
-                self._replan()
+        setting = lit.sink_graph
+        # off (the default): no fingerprint of the optimizer state per sink
+        snap = self._snapshot() if self._watch and setting not in (False, "off") else None
+        if (self._plan is None or setting != self._setting
+                or (snap is not None and snap != self._fingerprint)):
+            self._setting, self._fingerprint = setting, snap
+            self._replan()
         if not self._plan.capture:  # type: ignore[union-attr]
             out: dict[str, Any] = {}
             n = 0
