@@ -3,7 +3,7 @@
 Two models, each trained with SGD(momentum=0.9) and cross-entropy on a fixed batch:
 
 - ``mlp``: MLP 1024-4096-4096-10 (21M parameters), batch 256;
-- ``cnn``: MNIST-1D's CNN (lit_amp.nets.CNN1D, 3 strided Conv1d + Linear), batch 100.
+- ``cnn``: MNIST-1D's CNN (lit_amp.demos.nets.CNN1D, 3 strided Conv1d + Linear), batch 100.
 
 Variants, all in one process, interleaved (rotating order each round), warm-up excluded:
 
@@ -52,7 +52,7 @@ from _common import DOC, write_result  # noqa: E402
 from lit_amp.amp.build import WithLossCellAmp, build_train_network  # noqa: E402
 from lit_amp.amp.cells import TrainOneStepCell  # noqa: E402
 from lit_amp.amp.convert import auto_mixed_precision  # noqa: E402
-from lit_amp.nets import CNN1D, MLP  # noqa: E402
+from lit_amp.demos.nets import CNN1D, MLP  # noqa: E402
 
 TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 32)}
 SECTION_START = "<!-- bench:amp_levels:start -->"

@@ -5,7 +5,7 @@ Protocol of ``../shared/reference/thor_boost_anchors.md`` §4.4, on the 2 shared
 - Tasks: MNIST-1D (4000 train / 1000 test, generated offline, full data as in-memory tensors),
   batch 100 (40 steps per epoch). MLP: 40-100-100-10 with the residual hidden block of the
   MNIST-1D paper (``h + relu(W2 h)``), target 65% test accuracy. CNN:
-  :class:`lit_amp.nets.CNN1D` (the paper's ConvBase), target 90%.
+  :class:`lit_amp.demos.nets.CNN1D` (the paper's ConvBase), target 90%.
 - K-FAC anchor (issue #20): ASDL (``asdfghjkl==0.1a5``, ``asdl.KfacGradientMaker``, pip extra
   ``bench``) driven by ``bench/_asdl_kfac.py`` (a no-op stand-in for ``torch.cuda.nvtx.range``
   on CPU-only torch; Conv1d run as the identical 1×k Conv2d since ASDL has no Conv1d), at two
@@ -72,8 +72,8 @@ from torch import nn  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DOC, machine, write_result  # noqa: E402
 
-from lit_amp.datasets import mnist1d_arrays  # noqa: E402
-from lit_amp.nets import CNN1D  # noqa: E402
+from lit_amp.demos.data import mnist1d_arrays  # noqa: E402
+from lit_amp.demos.nets import CNN1D  # noqa: E402
 from lit_amp.optim.thor import (  # noqa: E402
     RECOMMENDED_RECIPE,
     THOR,

@@ -16,9 +16,9 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Model": "lit_amp.model.model",
     "LitModel": "lit_amp.model.lit_model",
-    "save_checkpoint": "lit_amp._io",
-    "load_checkpoint": "lit_amp._io",
-    "load_param_into_net": "lit_amp._io",
+    "save_checkpoint": "lit_amp.serialization",
+    "load_checkpoint": "lit_amp.serialization",
+    "load_param_into_net": "lit_amp.serialization",
     "WithLossCell": "lit_amp.amp.cells",
     "WithEvalCell": "lit_amp.amp.cells",
     "TrainOneStepCell": "lit_amp.amp.cells",

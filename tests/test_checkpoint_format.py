@@ -1,10 +1,10 @@
-"""One checkpoint format (issue #19): every lit_amp checkpoint is a Lightning checkpoint.
+"""One checkpoint format: every lit_amp checkpoint is a Lightning checkpoint.
 
 (a) a lit_amp ``ModelCheckpoint`` file of ``Model.train`` resumes with Lightning's own
 ``Trainer.fit(ckpt_path=...)``; (b) a Lightning ``ModelCheckpoint`` file of a ``LitModel``
 loads with ``lit_amp.load_checkpoint`` and resumes ``Model.train``; (c)
-``LitModel.load_from_checkpoint`` reads lit_amp's files; (e) the older ``lit_amp/1`` files
-still load; (f) ``LitModel.checkpoint_state`` gathers FSDP2-sharded state (2 processes).
+``LitModel.load_from_checkpoint`` reads lit_amp's files; (f) ``LitModel.checkpoint_state``
+gathers FSDP2-sharded state (2 processes).
 The 2-process DDP run of ``ModelCheckpoint`` (d) is in tests/model/test_ddp_model.py.
 """
 
@@ -21,8 +21,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lit_amp import DynamicLossScaleManager, LitModel, Model, load_checkpoint
-from lit_amp._io import CHECKPOINT_FORMAT, FORMAT_KEY, LOSS_SCALE_KEY
 from lit_amp.callbacks import CheckpointConfig, ModelCheckpoint
+from lit_amp.serialization import CHECKPOINT_FORMAT, FORMAT_KEY, LOSS_SCALE_KEY
 from tests.helpers.data import make_batches, make_net
 from tests.helpers.dist import run_distributed
 
@@ -162,26 +162,11 @@ def test_a_loaded_loss_scale_reaches_the_controller_created_later(lit_amp_run: d
     assert model.lit_model.loss_scale.state_dict() == lit_amp_run["scale"]
 
 
-def test_lit_amp_1_files_still_load(tmp_path: Path) -> None:
-    """(e) read-compat: the older ``{"network", "optimizer", ..., "format"}`` files."""
-    net, opt = _parts()
-    path = tmp_path / "old.ckpt"
-    torch.save({"network": net.state_dict(), "optimizer": opt.state_dict(),
-                "loss_scale": {"scale": 8.0}, "append_info": {"epoch_num": 3},
-                "format": "lit_amp/1"}, path)
-    state = load_checkpoint(str(path))
-    assert state["append_info"] == {"epoch_num": 3} and state["loss_scale"] == {"scale": 8.0}
-    lit = _lit(seed=4)
-    load_checkpoint(str(path), net=lit)
-    assert _same(lit.network.state_dict(), net.state_dict())
-    assert lit.optimizer.state_dict()["param_groups"] == opt.state_dict()["param_groups"]
-
-
 def _fsdp_worker(rank: int, world: int, out: str) -> dict:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    from lit_amp._io import checkpoint_payload, write_checkpoint
+    from lit_amp.serialization import checkpoint_payload, write_checkpoint
 
     torch.manual_seed(0)
     reference = {k: v.clone() for k, v in make_net().state_dict().items()}

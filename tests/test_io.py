@@ -1,4 +1,4 @@
-"""lit_amp._io's checkpoint loading: Lightning checkpoints of a LitModel load into the network.
+"""Checkpoint loading (lit_amp.serialization): Lightning checkpoints of a LitModel load.
 
 A Lightning checkpoint names the weights by the LightningModule's attribute path
 (``network.0.weight``); the Python API must strip that prefix, and a load that finds none of
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from lit_amp import LitModel
-from lit_amp._io import load_checkpoint, load_param_into_net, save_checkpoint
+from lit_amp.serialization import load_checkpoint, load_param_into_net, save_checkpoint
 from tests.helpers.data import make_batches, make_net
 
 
@@ -126,7 +126,7 @@ def test_a_partial_non_strict_load_warns_naming_the_missing_keys(tmp_path, caplo
     """MindSpore's strict_load=False loads what matches, and says what did not."""
     net = nn.Linear(2, 1)
     path = save_checkpoint({"weight": torch.ones(1, 2)}, str(tmp_path / "w"))
-    with caplog.at_level("WARNING", logger="lit_amp._io"):
+    with caplog.at_level("WARNING", logger="lit_amp.serialization"):
         load_checkpoint(path, net=net)
     assert "bias" in caplog.text and "strict_load=True" in caplog.text
     with pytest.raises(RuntimeError, match="(?s)w.ckpt.*Missing key"):

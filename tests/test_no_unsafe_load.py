@@ -64,6 +64,7 @@ def test_no_unsafe_deserialisation_in_the_package() -> None:
     assert not hits, (
         "code that unpickles arbitrary objects from a file (a crafted file runs code): "
         + "; ".join(f"lit_amp/{rel}:{no}: {line}" for rel, no, line in hits)
-        + ". Use torch.load(..., weights_only=True) / lit_amp._io.load_checkpoint, or add a "
+        + ". Use torch.load(..., weights_only=True) / lit_amp.serialization.load_checkpoint, "
+        "or add a "
         "commented entry to ALLOWED in tests/test_no_unsafe_load.py."
     )

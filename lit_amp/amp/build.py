@@ -43,20 +43,23 @@ from torch import nn
 from lit_amp._validation import check_number
 from lit_amp.amp.cells import TrainOneStepCell, UpdateCellManager, WithLossCell
 from lit_amp.amp.convert import apply_amp_config
-from lit_amp.amp.levels import UNSET, AmpConfig, resolve_amp_config, validate_amp_level
+from lit_amp.amp.levels import (
+    BOOST_LEVELS,
+    UNSET,
+    AmpConfig,
+    resolve_amp_config,
+    validate_amp_level,
+)
 
 __all__ = [
     "build_train_network",
     "TrainOneStepWithLossScaleCell",
     "WithLossCellAmp",
-    "BOOST_LEVELS",
     "BUILD_KWARGS",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Accepted ``boost_level`` values.
-BOOST_LEVELS: tuple[str, ...] = ("O0", "O1", "O2")
 #: Accepted ``**kwargs`` of :func:`build_train_network` (MindSpore's three, plus ``dtype``).
 BUILD_KWARGS: tuple[str, ...] = ("cast_model_type", "keep_batchnorm_fp32", "loss_scale_manager",
                                  "dtype")

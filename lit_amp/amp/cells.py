@@ -19,6 +19,7 @@ from lit_amp.amp.loss_scale.managers import (
     FixedLossScaleUpdateCell,
     LossScaleManager,
 )
+from lit_amp.serialization import PREFIX_KEY, checkpoint_views
 
 __all__ = ["WithLossCell", "WithEvalCell", "TrainOneStepCell", "UpdateCellManager"]
 
@@ -97,11 +98,15 @@ class TrainOneStepCell(nn.Module):
         return loss.detach()
 
     def checkpoint_state(self) -> dict:
-        """Network and optimizer state, for :func:`lit_amp.checkpoint_io.save_checkpoint`."""
-        return {"network": self.network.state_dict(), "optimizer": self.optimizer.state_dict()}
+        """Network and optimizer state in Lightning's shape, for
+        :func:`lit_amp.serialization.save_checkpoint`."""
+        return {"state_dict": self.network.state_dict(), PREFIX_KEY: "",
+                "optimizer_states": [self.optimizer.state_dict()]}
 
     def load_checkpoint_state(self, state: dict) -> None:
-        """Inverse of :meth:`checkpoint_state`."""
+        """Inverse of :meth:`checkpoint_state` (also takes :func:`load_checkpoint`'s views)."""
+        if "network" not in state:
+            state = checkpoint_views(state)
         self.network.load_state_dict(state["network"])
         if state.get("optimizer") is not None:
             self.optimizer.load_state_dict(state["optimizer"])

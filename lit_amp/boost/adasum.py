@@ -59,6 +59,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from lit_amp._runtime import dist_ready
 from lit_amp.boost._shm import ShmAllGather
 from lit_amp.boost.base import BoostAlgorithm
 
@@ -396,7 +397,7 @@ def adasum_allreduce_(
     gradients) and one per block enters the combination. No-op without ``torch.distributed``
     or with one rank.
     """
-    if not tensors or not (dist.is_available() and dist.is_initialized()):
+    if not tensors or not dist_ready():
         return
     if dist.get_world_size(group) == 1:
         return
@@ -527,7 +528,7 @@ class AdaSumHooks:
         if old is None:
             return
         params = self._params(opt)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size(self.group) > 1:
+        if dist_ready() and dist.get_world_size(self.group) > 1:
             layout = self._layout(params)
             delta = old - self._flat(params)  # w_old - w_new
             bufs = self.buffers
@@ -636,7 +637,7 @@ class AdaSum(BoostAlgorithm):
         self, network: nn.Module, optimizers: Sequence[torch.optim.Optimizer], **context: Any
     ) -> None:
         self.detach()
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        if not dist_ready() or dist.get_world_size() == 1:
             return
         world, rank = dist.get_world_size(), dist.get_rank()
         ls = self._effective_local_size(world)

@@ -45,8 +45,9 @@ import lightning as L
 import torch
 from torch import nn
 
+from lit_amp._runtime import unwrap_optimizer
 from lit_amp.boost.adasum import AdaSum
-from lit_amp.boost.base import BoostAlgorithm, is_thor_optimizer, unwrap_optimizer
+from lit_amp.boost.base import BoostAlgorithm, is_thor_optimizer
 from lit_amp.boost.config import BoostConfig, parse_boost_config
 from lit_amp.boost.dim_reduce import DimReduce
 from lit_amp.boost.grad_accumulation import GradientAccumulation

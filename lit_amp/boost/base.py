@@ -29,7 +29,9 @@ import lightning as L
 import torch
 from torch import nn
 
-__all__ = ["BoostAlgorithm", "find_network", "unwrap_optimizer", "is_thor_optimizer"]
+from lit_amp._runtime import unwrap_optimizer
+
+__all__ = ["BoostAlgorithm", "find_network", "is_thor_optimizer"]
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +45,6 @@ def find_network(pl_module: nn.Module) -> nn.Module:
     """
     net = getattr(pl_module, "network", None)
     return net if isinstance(net, nn.Module) else pl_module
-
-
-def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
-    """The torch optimizer behind a Lightning ``LightningOptimizer`` (or the argument)."""
-    return getattr(optimizer, "_optimizer", optimizer)
 
 
 def is_thor_optimizer(optimizer: Any) -> bool:

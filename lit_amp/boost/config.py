@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from lit_amp.amp.levels import BOOST_LEVELS
+
 __all__ = [
-    "BOOST_LEVELS",
     "BOOST_MODES",
     "BOOST_FEATURES",
     "LEVEL_TABLE",
@@ -55,7 +56,6 @@ __all__ = [
     "load_boost_config",
 ]
 
-BOOST_LEVELS = ("O0", "O1", "O2")
 BOOST_MODES = ("auto", "manual", "enable_all", "disable_all")
 BOOST_FEATURES = (
     "less_bn",

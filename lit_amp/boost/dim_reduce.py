@@ -45,7 +45,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from lit_amp.boost.base import BoostAlgorithm, unwrap_optimizer
+from lit_amp._runtime import dist_ready, unwrap_optimizer
+from lit_amp.boost.base import BoostAlgorithm
 
 __all__ = [
     "DimReduce",
@@ -156,7 +157,7 @@ def get_pca_matrix(
         ValueError: neither source usable, or a shape that does not match the network.
     """
     n = sum(p.numel() for p in network.parameters() if p.requires_grad)
-    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    distributed = dist_ready() and dist.get_world_size() > 1
     mat: Tensor | None = None
     if not distributed or dist.get_rank() == 0:
         path = os.fspath(pca_mat_path) if pca_mat_path is not None else None
@@ -270,7 +271,7 @@ class DimReduceOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             v = self.loss_fn()
         v = torch.as_tensor(v, dtype=torch.float32).detach().reshape(()).clone()
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if dist_ready() and dist.get_world_size() > 1:
             dist.all_reduce(v)
             v /= dist.get_world_size()
         return float(v)

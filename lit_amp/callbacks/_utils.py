@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lit_amp._runtime import dist_ready
+
 __all__: list[str] = []
 
 #: The ``mode`` values of EarlyStopping / ReduceLROnPlateau.
@@ -89,7 +91,7 @@ def any_rank(flag: bool) -> bool:
     all-reduce); ``flag`` itself without one."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
+    if not dist_ready() or dist.get_world_size() <= 1:
         return bool(flag)
     t = torch.tensor([int(flag)], dtype=torch.int32, device=reduce_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -104,7 +106,7 @@ def reduce_mean(value: float) -> float:
     """
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()):
+    if not dist_ready():
         return value
     world = dist.get_world_size()
     if world <= 1:

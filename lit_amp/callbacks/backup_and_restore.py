@@ -53,10 +53,12 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from lit_amp._io import checkpoint_payload, load_checkpoint, remove_stale_temps, write_checkpoint
+from lit_amp._io import remove_stale_temps
+from lit_amp._runtime import dist_ready
 from lit_amp._validation import check_bool, check_int
 from lit_amp.callbacks._utils import is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
+from lit_amp.serialization import checkpoint_payload, load_checkpoint, write_checkpoint
 
 __all__ = ["BackupAndRestore"]
 
@@ -80,7 +82,7 @@ def _generators(dataset: Any) -> list[torch.Generator]:
 def _world() -> tuple[int, int]:
     """``(rank, world_size)`` of an initialized torch.distributed, else ``(0, 1)``."""
     dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
+    if dist_ready():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
 

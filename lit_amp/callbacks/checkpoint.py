@@ -7,9 +7,10 @@ One checkpoint format (issue #19): each file is a Lightning checkpoint. Inside a
 ``Model.train`` / ``LitModel`` run the dict is the one Lightning's ``Trainer.save_checkpoint``
 would write (the Trainer's ``dump_checkpoint``, built on **every** rank, so that a strategy
 that gathers sharded state can do so), plus lit_amp's keys (``append_info``,
-``lit_amp_loss_scale``, ``lit_amp_boost``, ``lit_amp_format``; see :mod:`lit_amp._io`).
-Rank 0 writes it with :func:`lit_amp._io.write_checkpoint` (atomic, fsync-ed); at the start of
-training rank 0 removes the temp files a killed write of this callback left in ``directory``
+``lit_amp_loss_scale``, ``lit_amp_boost``, ``lit_amp_format``; see
+:mod:`lit_amp.serialization`). Rank 0 writes it with
+:func:`lit_amp.serialization.write_checkpoint` (atomic, fsync-ed); at the start of training
+rank 0 removes the temp files a killed write of this callback left in ``directory``
 (those of its own file names, ``<prefix>[_N]-<epoch>_<step>[_breakpoint].ckpt``, whose writer
 is gone; :func:`lit_amp._io.remove_stale_temps`). Such a file
 resumes with Lightning's own ``Trainer.fit(lit_model, ckpt_path=file)``, loads with
@@ -29,10 +30,11 @@ from typing import Any
 
 import torch
 
-from lit_amp._io import checkpoint_payload, remove_stale_temps, write_checkpoint
+from lit_amp._io import remove_stale_temps
 from lit_amp.callbacks._utils import is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
 from lit_amp.callbacks.checkpoint_config import CheckpointConfig
+from lit_amp.serialization import checkpoint_payload, write_checkpoint
 
 __all__ = ["CheckpointConfig", "ModelCheckpoint"]
 

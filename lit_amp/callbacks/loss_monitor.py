@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lit_amp._runtime import dist_ready
 from lit_amp._validation import check_int
 from lit_amp.callbacks._utils import handle_loss, is_finite, is_rank_zero, reduce_device
 from lit_amp.callbacks.base import Callback, RunContext
@@ -14,7 +15,7 @@ __all__ = ["LossMonitor"]
 def _distributed() -> bool:
     import torch.distributed as dist
 
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return dist_ready() and dist.get_world_size() > 1
 
 
 def _invalid_loss_ranks(invalid: bool) -> list[int]:

@@ -9,10 +9,10 @@ import threading
 from types import FrameType
 from typing import Any
 
-from lit_amp._io import load_checkpoint, save_checkpoint
 from lit_amp._validation import check_bool, check_str
 from lit_amp.callbacks._utils import any_rank, is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
+from lit_amp.serialization import load_checkpoint, save_checkpoint
 
 __all__ = ["OnRequestExit"]
 

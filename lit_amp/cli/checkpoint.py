@@ -4,9 +4,9 @@ There is one checkpoint format (issue #19): lit_amp's files (``ModelCheckpoint``
 ``BackupAndRestore``, :func:`lit_amp.save_checkpoint`) are Lightning checkpoints
 (``{"state_dict", "optimizer_states", "loops", ...}`` plus ``append_info`` and the loss scale),
 so ``lit-amp`` reads them exactly as Lightning's own (``Trainer.save_checkpoint`` / Lightning's
-``ModelCheckpoint`` of a ``LitModel`` or of your own LightningModule), and still reads lit_amp's
-older ``"lit_amp/1"`` files. Files are read with ``torch.load(weights_only=True)``, so a file
-from elsewhere cannot run code, and seen through :func:`lit_amp._io.checkpoint_views`
+``ModelCheckpoint`` of a ``LitModel`` or of your own LightningModule). Files are read with
+``torch.load(weights_only=True)``, so a file
+from elsewhere cannot run code, and seen through :func:`lit_amp.serialization.checkpoint_views`
 (``"network"``, ``"optimizer"``, ``"loss_scale"``, ``"append_info"``). Parameter names may carry
 the attribute path of the network (``network.``, ``lit_model.network.``, ``model.`` ...):
 :func:`network_state` finds that prefix by matching the network's own names.
@@ -36,9 +36,9 @@ import os
 import lightning as L
 import torch
 
-from lit_amp._io import checkpoint_views
-from lit_amp._io import network_state as _network_state
 from lit_amp.cli.schema import ConfigError
+from lit_amp.serialization import checkpoint_views
+from lit_amp.serialization import network_state as _network_state
 
 __all__ = [
     "Resume",
@@ -57,7 +57,7 @@ def read_checkpoint(path: str) -> dict:
         path: the ``.ckpt`` file.
 
     Returns:
-        The checkpoint dict with the derived views (:func:`lit_amp._io.checkpoint_views`).
+        The checkpoint dict with the derived views (:func:`lit_amp.serialization.checkpoint_views`).
 
     Raises:
         ConfigError: the file is missing, unreadable without unpickling code, or not a dict.
@@ -90,7 +90,7 @@ def network_state(weights: dict, network: torch.nn.Module, path: str) -> dict:
     """The entries of ``weights`` that belong to ``network``, under the network's own names.
 
     The prefix (``""``, ``network.``, ``lit_model.network.``, ...) is the one under which the
-    most of ``network``'s names are found (:func:`lit_amp._io.network_state`).
+    most of ``network``'s names are found (:func:`lit_amp.serialization.network_state`).
 
     Args:
         weights: a state dict (lit_amp's ``network`` or Lightning's ``state_dict``).

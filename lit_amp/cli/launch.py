@@ -23,6 +23,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from lit_amp._runtime import dist_ready
+
 __all__ = [
     "config_flags",
     "hydra_subprocess_cmd",
@@ -116,9 +118,9 @@ def ddp_job_scope() -> Iterator[None]:
     try:
         yield
     finally:
-        import torch.distributed as dist
+        if dist_ready():
+            import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
         for k, v in saved.items():
             if v is None:

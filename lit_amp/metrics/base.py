@@ -25,6 +25,7 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
+from lit_amp._runtime import dist_ready
 from lit_amp._validation import type_error, value_error
 
 __all__ = ["MindSporeMetric", "metric_value_to_python"]
@@ -331,7 +332,7 @@ class MindSporeMetric(Metric):
         import torch.distributed as dist
 
         cat_states = [a for a, fx in self._reductions.items() if fx is dim_zero_cat]
-        if cat_states and dist.is_available() and dist.is_initialized():
+        if cat_states and dist_ready():
             group = process_group or self.process_group
             mine = {
                 a: (v[0].dtype, tuple(v[0].shape[1:]))

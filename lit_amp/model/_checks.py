@@ -20,15 +20,13 @@ from lit_amp._validation import (
     type_error,
     value_error,
 )
+from lit_amp.amp.levels import AMP_LEVELS, BOOST_LEVELS
 from lit_amp.model.data import check_dataset
 
-__all__ = ["AMP_LEVELS", "BOOST_LEVELS", "MODEL_KWARGS", "check_model_arguments",
-           "check_sink_size", "check_train_args"]
+__all__ = ["MODEL_KWARGS", "check_model_arguments", "check_sink_size", "check_train_args"]
 
 log = logging.getLogger("lit_amp.model.lit_model")
 
-AMP_LEVELS = ("O0", "O1", "O2", "O3", "auto")
-BOOST_LEVELS = ("O0", "O1", "O2")
 MODEL_KWARGS = ("loss_scale_manager", "keep_batchnorm_fp32", "boost_config_dict", "acc_level")
 _OWNER = "Model"  # LitModel takes MindSpore Model's constructor; errors name the public API
 

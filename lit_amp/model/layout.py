@@ -17,6 +17,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from lit_amp._runtime import dist_ready
 from lit_amp.model._lightning import quiet_lightning
 from lit_amp.model.data import check_dataset, for_lightning
 
@@ -34,7 +35,7 @@ def _fsdp1() -> Any:
 
 
 def _rank() -> int:
-    return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    return torch.distributed.get_rank() if dist_ready() else 0
 
 
 def _flat_shards(modules: list[nn.Module]) -> dict[int, tuple[list[int], int]]:
@@ -89,7 +90,7 @@ def read_layouts(network: nn.Module, modules: list[nn.Module]) -> dict[str, dict
                                  list(p.to_local().shape))
         elif id(p) in flat:
             shape, numel = flat[id(p)]
-            dist_on = torch.distributed.is_initialized()
+            dist_on = dist_ready()
             world = torch.distributed.get_world_size() if dist_on else 1
             out[pname] = _layout(["Shard(flat)"], [world], [], shape, [numel])
         else:

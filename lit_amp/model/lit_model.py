@@ -33,7 +33,7 @@ from torch import nn
 
 from lit_amp.amp.cells import TrainOneStepCell, WithEvalCell, WithLossCell
 from lit_amp.metrics import get_metrics, metric_value_to_python, update_metrics
-from lit_amp.model._checks import AMP_LEVELS, BOOST_LEVELS, MODEL_KWARGS, check_model_arguments
+from lit_amp.model._checks import MODEL_KWARGS, check_model_arguments
 from lit_amp.model._lightning import (
     all_on_cpu,
     check_in_process,
@@ -52,7 +52,7 @@ from lit_amp.model.sharding import (
     prepare_sharded,
 )
 
-__all__ = ["LitModel", "AMP_LEVELS", "BOOST_LEVELS", "MODEL_KWARGS"]
+__all__ = ["LitModel", "MODEL_KWARGS"]
 
 log = logging.getLogger(__name__)
 
@@ -301,8 +301,9 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
             return
         if device is None:
             device = next(self.network.parameters(), torch.empty(0)).device
-        from lit_amp.amp.config import apply_amp_config, resolve_amp_config
-        from lit_amp.amp.loss_scale_controller import LossScaleController
+        from lit_amp.amp.convert import apply_amp_config
+        from lit_amp.amp.levels import resolve_amp_config
+        from lit_amp.amp.loss_scale.controller import LossScaleController
 
         kw: dict[str, Any] = {}
         if "keep_batchnorm_fp32" in self.amp_kwargs:

@@ -45,7 +45,7 @@ class CheckpointStateMixin:
             >>> sorted(state["state_dict"])[:2], len(state["optimizer_states"])
             (['_train_network.network.backbone.bias', '_train_network.network.backbone.weight'], 1)
         """
-        from lit_amp._io import BOOST_KEY, PREFIX_KEY
+        from lit_amp.serialization import BOOST_KEY, PREFIX_KEY
 
         trainer = self._trainer
         if trainer is not None and _fitting(trainer):
@@ -108,7 +108,7 @@ class CheckpointStateMixin:
             RuntimeError: keys are missing or unexpected, or a shape differs.
             ValueError: the dict holds none of the network's parameters.
         """
-        from lit_amp._io import BOOST_KEY, LOSS_SCALE_KEY, network_state
+        from lit_amp.serialization import BOOST_KEY, LOSS_SCALE_KEY, network_state
 
         if isinstance(state.get("state_dict"), dict):
             weights = network_state(state["state_dict"], self.network)
@@ -218,7 +218,7 @@ class CheckpointStateMixin:
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if isinstance(checkpoint.get("state_dict"), dict):
             checkpoint["state_dict"] = self._aliased_state(checkpoint["state_dict"])
-        from lit_amp._io import LOSS_SCALE_KEY
+        from lit_amp.serialization import LOSS_SCALE_KEY
 
         scale = checkpoint.get(LOSS_SCALE_KEY)
         if self.loss_scale is not None and scale is not None:

@@ -54,6 +54,8 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy, StrategyRegistry
 from torch import nn
 
+from lit_amp._runtime import dist_ready
+
 __all__ = [
     "FSDP2Strategy",
     "broadcast_buffers",
@@ -352,7 +354,7 @@ def broadcast_buffers(network: nn.Module) -> None:
     Example:
         >>> broadcast_buffers(nn.BatchNorm1d(2))  # no FSDP2 module: nothing to do
     """
-    if not _fsdp_modules(network) or not torch.distributed.is_initialized():
+    if not _fsdp_modules(network) or not dist_ready():
         return
     for buf in network.buffers():
         torch.distributed.broadcast(buf, src=0)

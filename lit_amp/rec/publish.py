@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from lit_amp._io import atomic_write, load_checkpoint
+from lit_amp._io import atomic_write
+from lit_amp.serialization import load_checkpoint
 
 __all__ = [
     "PUBLISH_FORMAT",

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 import torch
 
-from lit_amp._io import load_checkpoint
 from lit_amp.callbacks.backup_and_restore import BackupAndRestore
 from lit_amp.callbacks.base import RunContext
 from lit_amp.callbacks.lambda_callback import LambdaCallback
+from lit_amp.serialization import load_checkpoint
 from tests.callbacks._helpers import (
     TrainNet,
     make_net,

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from lit_amp._io import load_checkpoint
 from lit_amp.callbacks.base import InternalCallbackParam, RunContext
 from lit_amp.callbacks.checkpoint import CheckpointConfig, ModelCheckpoint
 from lit_amp.callbacks.lambda_callback import LambdaCallback
+from lit_amp.serialization import load_checkpoint
 from tests.callbacks._helpers import (
     TrainNet,
     make_net,

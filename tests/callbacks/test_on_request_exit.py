@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from lit_amp._io import load_checkpoint
 from lit_amp.callbacks.base import InternalCallbackParam, RunContext
 from lit_amp.callbacks.lambda_callback import LambdaCallback
 from lit_amp.callbacks.on_request_exit import OnRequestExit
+from lit_amp.serialization import load_checkpoint
 from tests.callbacks._helpers import (
     make_net,
     same,

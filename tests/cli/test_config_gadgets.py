@@ -71,7 +71,7 @@ def _gadgets(tmp: Path) -> dict[str, dict]:
         "subprocess_popen": _shell("subprocess.Popen", m("subprocess_popen")),
         "subprocess_run": _shell("subprocess.run", m("subprocess_run")),
         "torch_save": {"_target_": "torch.save", "obj": 1, "f": str(m("torch_save"))},
-        "private_name": {"_target_": "lit_amp._io.write_checkpoint", "payload": {"a": 1},
+        "private_name": {"_target_": "lit_amp._io.atomic_write", "payload": {"a": 1},
                          "ckpt_file_name": str(m("private_name"))},
         "dunder": {"_target_": "torch.nn.Module.__init__", "_args_": [1]},
         "hydra_instantiate": {"_target_": "hydra.utils.instantiate", "_recursive_": False,
@@ -181,7 +181,7 @@ def test_extra_trusted_targets_cannot_admit_the_shell_nor_everything(gadget_dir,
     with pytest.raises(ConfigError, match=r"'\*'.*package name"):
         check_targets({"_target_": "collections.OrderedDict"}, ["*"])
     with pytest.raises(ConfigError, match="private"):  # lit_amp's private modules stay closed
-        check_targets({"_target_": "lit_amp._io.write_checkpoint"}, ["lit_amp.*"])
+        check_targets({"_target_": "lit_amp._io.atomic_write"}, ["lit_amp.*"])
     check_targets({"_target_": "tests.cli._helpers.WeightDigest"}, ["tests.*"])  # the user's own
 
 

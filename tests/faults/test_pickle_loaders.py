@@ -39,7 +39,7 @@ FORMATS = ["torch_zip", "raw_pickle"]
 
 
 def _plant(path: Path, marker: Path, fmt: str) -> Path:
-    payload = {"network": {"0.weight": _Evil(str(marker))}, "format": "lit_amp/1",
+    payload = {"state_dict": {"0.weight": _Evil(str(marker))}, "lit_amp_format": "lit_amp/2",
                "append_info": {"epoch_num": 1}}
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "torch_zip":

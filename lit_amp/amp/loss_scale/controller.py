@@ -75,6 +75,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from lit_amp._runtime import dist_ready, unwrap_optimizer
 from lit_amp._validation import check_positive_int, check_type, type_error
 from lit_amp.amp.loss_scale.managers import (
     DynamicLossScaleUpdateCell,
@@ -87,11 +88,6 @@ __all__ = ["LossScaleController"]
 logger = logging.getLogger(__name__)
 
 _STATE_VERSION = 1
-
-
-def _unwrap(optimizer: Any) -> Any:
-    """The torch optimizer behind a wrapper such as Lightning's ``LightningOptimizer``."""
-    return getattr(optimizer, "_optimizer", optimizer)
 
 
 def _declared_loss_scale(optimizer: Any, group: dict) -> float:
@@ -120,10 +116,6 @@ def _local(grad: Tensor) -> Tensor:
         return grad
     with torch.no_grad():
         return to_local()
-
-
-def _dist_initialized() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 class LossScaleController:
@@ -280,7 +272,7 @@ class LossScaleController:
         """
         if not self.enabled:
             return
-        opt = _unwrap(optimizer)
+        opt = unwrap_optimizer(optimizer)
         key = id(opt)
         if key in self._found_inf:
             return
@@ -299,7 +291,7 @@ class LossScaleController:
 
     # -------------------------------------------------------------- overflow
     def _comm_device(self, flags: list[Tensor]) -> torch.device:
-        if _dist_initialized():
+        if dist_ready():
             backend = str(torch.distributed.get_backend()).lower()
             if "nccl" in backend and torch.cuda.is_available():
                 return torch.device("cuda", torch.cuda.current_device())
@@ -321,7 +313,7 @@ class LossScaleController:
             optimizers = [optimizers]  # type: ignore[list-item]
         flags: list[Tensor] = []
         for optimizer in optimizers:
-            opt = _unwrap(optimizer)
+            opt = unwrap_optimizer(optimizer)
             recorded = self._found_inf.get(id(opt))
             if recorded is not None:
                 flags.extend(recorded)
@@ -333,7 +325,7 @@ class LossScaleController:
                 if p.grad is not None and id(p) not in self._unscaled_params
             ]
             flags.extend(self._check_and_scale_(grads, 1.0))
-        distributed = _dist_initialized()
+        distributed = dist_ready()
         if not distributed and len(flags) == 1:
             return flags[0].item() > 0
         device = self._comm_device(flags)

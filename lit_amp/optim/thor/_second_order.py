@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lit_amp._runtime import dist_ready
 from lit_amp.optim.thor.factors import LayerFactors, invert_factors, is_supported_layer
 
 __all__ = ["LAYERNORM", "BIAS", "plan_layers", "dist_world", "refresh", "allreduce_factors"]
@@ -93,7 +94,7 @@ def dist_world() -> int:
         1
     """
     dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
+    if dist_ready():
         return dist.get_world_size()
     return 1
 

@@ -22,12 +22,13 @@ from typing import Any
 
 import torch
 
-from lit_amp._io import remove_stale_temps, save_checkpoint
+from lit_amp._io import remove_stale_temps
 from lit_amp.rec._stream import OnlineStream
 from lit_amp.rec.online.guard import first_nonfinite
 from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary, PublishOptions
 from lit_amp.rec.online.ranks import Ranks
 from lit_amp.rec.publish import latest_checkpoint, plain_state, prune_checkpoints, publish_weights
+from lit_amp.serialization import save_checkpoint
 
 __all__ = ["CursorCheckpoints", "Publisher"]
 

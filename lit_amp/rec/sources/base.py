@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from lit_amp._runtime import dist_ready
+
 __all__ = ["StreamSource", "DeadLetterFile", "resolve_shard"]
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,7 @@ def resolve_shard(rank: int | None = None, world_size: int | None = None) -> tup
     """
     if rank is None or world_size is None:
         dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
+        if dist_ready():
             rank = dist.get_rank() if rank is None else rank
             world_size = dist.get_world_size() if world_size is None else world_size
         rank = 0 if rank is None else rank

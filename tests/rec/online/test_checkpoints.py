@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from lit_amp._io import TMP_PREFIX, load_checkpoint
+from lit_amp._io import TMP_PREFIX
 from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
 from lit_amp.rec import (
     CheckpointOptions,
@@ -21,6 +21,7 @@ from lit_amp.rec import (
 )
 from lit_amp.rec.publish import latest_published, list_checkpoints
 from lit_amp.rec.sources import DirectorySource, SyntheticClickSource
+from lit_amp.serialization import load_checkpoint
 from tests.rec._helpers import Recorder, fill_dir, make_model, tiny_net
 
 

@@ -1,0 +1,388 @@
+"""MindSpore's checkpoint functions: save_checkpoint, load_checkpoint, load_param_into_net.
+
+One checkpoint format: every lit_amp checkpoint is a Lightning checkpoint, a torch-saved dict as
+``Trainer.save_checkpoint`` writes it, plus lit_amp's keys::
+
+    {"state_dict": <the LightningModule's names: network.* for a LitModel>,
+     "optimizer_states": [...], "lr_schedulers": [...], "epoch", "global_step", "loops",
+     "callbacks", "pytorch-lightning_version", "hyper_parameters" (when saved),
+     # lit_amp's additions:
+     "lit_amp_loss_scale": <loss-scale state>, "lit_amp_boost": <AutoBoost state>,
+     "append_info": {...}, "lit_amp_network_prefix": "network.", "lit_amp_format": "lit_amp/2"}
+
+An object that knows more than its ``state_dict`` implements ``checkpoint_state()`` (returning
+that dict; a ``LitModel`` builds it with its Trainer while one runs) and
+``load_checkpoint_state(views)``; a plain module is saved as ``{"state_dict": <its own names>,
+"lit_amp_network_prefix": ""}`` plus the two lit_amp keys. :func:`load_checkpoint` reads these
+files and Lightning's own and adds four derived views (:func:`checkpoint_views`): ``"network"``
+(the weights under the network's own names), ``"optimizer"``, ``"loss_scale"`` and
+``"append_info"``. Files are written with :func:`lit_amp._io.atomic_write`.
+
+Example:
+    >>> from lit_amp.serialization import save_checkpoint, load_checkpoint
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import torch
+
+from lit_amp._io import atomic_write
+
+__all__ = [
+    "BOOST_KEY",
+    "CHECKPOINT_FORMAT",
+    "FORMAT_KEY",
+    "LOSS_SCALE_KEY",
+    "PREFIX_KEY",
+    "checkpoint_payload",
+    "checkpoint_views",
+    "load_checkpoint",
+    "load_param_into_net",
+    "network_state",
+    "save_checkpoint",
+    "write_checkpoint",
+]
+
+log = logging.getLogger(__name__)
+
+#: the version of lit_amp's checkpoint files (Lightning's dict plus lit_amp's keys)
+CHECKPOINT_FORMAT = "lit_amp/2"
+#: the key of :data:`CHECKPOINT_FORMAT` in a file
+FORMAT_KEY = "lit_amp_format"
+#: where the network's names start in ``state_dict`` (``"network."`` for a LitModel)
+PREFIX_KEY = "lit_amp_network_prefix"
+#: the loss-scale state (``LossScaleController.STATE_KEY``)
+LOSS_SCALE_KEY = "lit_amp_loss_scale"
+#: the ``AutoBoost`` state
+BOOST_KEY = "lit_amp_boost"
+
+
+def _state_of(save_obj: Any) -> dict:
+    if hasattr(save_obj, "checkpoint_state"):
+        return dict(save_obj.checkpoint_state())
+    if isinstance(save_obj, torch.nn.Module):
+        return {"state_dict": save_obj.state_dict(), PREFIX_KEY: ""}
+    if isinstance(save_obj, dict):
+        return {"state_dict": dict(save_obj), PREFIX_KEY: ""}
+    raise TypeError(
+        "save_checkpoint: 'save_obj' must be a torch.nn.Module, a dict of tensors or an object "
+        f"with checkpoint_state(), but got {type(save_obj).__name__}."
+    )
+
+
+def save_checkpoint(save_obj: Any, ckpt_file_name: str, append_dict: dict | None = None) -> str:
+    """Save ``save_obj`` to ``ckpt_file_name`` atomically (write to a temp file, then rename).
+
+    Args:
+        save_obj: a module, a dict name -> tensor, or an object with ``checkpoint_state()``.
+        ckpt_file_name: the file to write; ``.ckpt`` is appended when missing.
+        append_dict: extra values stored under ``"append_info"``.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = save_checkpoint(torch.nn.Linear(2, 2), os.path.join(tempfile.mkdtemp(), "a"))
+        >>> sorted(load_checkpoint(p)["network"])
+        ['bias', 'weight']
+    """
+    if not isinstance(ckpt_file_name, (str, os.PathLike)):
+        raise TypeError(
+            f"save_checkpoint: 'ckpt_file_name' must be a str path, but got "
+            f"{type(ckpt_file_name).__name__}."
+        )
+    return write_checkpoint(checkpoint_payload(save_obj, append_dict), ckpt_file_name)
+
+
+def checkpoint_payload(save_obj: Any, append_dict: dict | None = None) -> dict:
+    """The dict :func:`save_checkpoint` writes for ``save_obj``: Lightning's checkpoint dict.
+
+    For a ``LitModel`` (or ``Model.train_network``) inside a running Trainer this is what the
+    Trainer's ``dump_checkpoint`` builds (optimizer, loops, callbacks, loss scale, ...); for a
+    plain module ``{"state_dict": ...}``. lit_amp adds ``"append_info"`` and
+    ``"lit_amp_format"`` (see the module docstring).
+
+    Under DDP/FSDP call it on **every** rank (building the state may be a collective, e.g. the
+    full state dict of a sharded network) and write it with :func:`write_checkpoint` on rank 0.
+
+    Args:
+        save_obj: a module, a dict name -> tensor, or an object with ``checkpoint_state()``.
+        append_dict: extra values stored under ``"append_info"``.
+
+    Returns:
+        The checkpoint dict.
+
+    Raises:
+        TypeError: ``save_obj`` is none of the above.
+
+    Example:
+        >>> sorted(checkpoint_payload(torch.nn.Linear(2, 2)))
+        ['append_info', 'lit_amp_format', 'lit_amp_network_prefix', 'state_dict']
+    """
+    state = _state_of(save_obj)
+    state["append_info"] = dict(append_dict or {})
+    state[FORMAT_KEY] = CHECKPOINT_FORMAT
+    return state
+
+
+def write_checkpoint(payload: dict, ckpt_file_name: str | os.PathLike) -> str:
+    """Write a :func:`checkpoint_payload` to ``ckpt_file_name`` atomically; returns the path.
+
+    ``.ckpt`` is appended when missing.
+    """
+    if not isinstance(ckpt_file_name, (str, os.PathLike)):
+        raise TypeError(
+            f"write_checkpoint: 'ckpt_file_name' must be a str path, but got "
+            f"{type(ckpt_file_name).__name__}."
+        )
+    path = os.fspath(ckpt_file_name)
+    if not path.endswith(".ckpt"):
+        path += ".ckpt"
+    return atomic_write(path, lambda f: torch.save(payload, f))
+
+
+def load_checkpoint(
+    ckpt_file_name: str, net: Any = None, strict_load: bool = False, *, weights_only: bool = True
+) -> dict:
+    """Read a checkpoint written by :func:`save_checkpoint` (or by Lightning).
+
+    Args:
+        ckpt_file_name: the file: lit_amp's or Lightning's (``Trainer.save_checkpoint``,
+            Lightning's ``ModelCheckpoint``).
+        net: if given, it is loaded: an object with ``load_checkpoint_state`` (a ``LitModel``,
+            ``Model.train_network``) gets the whole state (weights, optimizer, loss scale,
+            boost; strictly), a plain module its weights (:func:`load_param_into_net`).
+        strict_load: for a plain module, every parameter must be found and nothing else
+            (MindSpore's default False loads the matching ones and warns about the others).
+        weights_only: unpickle tensors and plain containers only (safe for files from
+            elsewhere); pass False only for a trusted file holding arbitrary objects.
+
+    Returns:
+        The checkpoint dict with the derived views ``"network"``, ``"optimizer"``,
+        ``"loss_scale"`` and ``"append_info"`` (:func:`checkpoint_views`).
+
+    Raises:
+        TypeError: ``ckpt_file_name`` is not a str path.
+        ValueError: the file does not exist or is not a checkpoint, or ``net`` is given and
+            the file holds none of its parameters (under any prefix; see
+            :func:`load_param_into_net`).
+        RuntimeError: ``net`` does not fit the file (missing or unexpected keys, other
+            shapes) where the load is strict; the message names the file.
+    """
+    if not isinstance(ckpt_file_name, (str, os.PathLike)):
+        raise TypeError(
+            f"load_checkpoint: 'ckpt_file_name' must be a str path, but got "
+            f"{ckpt_file_name!r} of type {type(ckpt_file_name).__name__}."
+        )
+    path = os.fspath(ckpt_file_name)
+    if not os.path.isfile(path):
+        raise ValueError(f"load_checkpoint: 'ckpt_file_name' {path!r} does not exist.")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as exc:  # pickle.UnpicklingError and friends
+        raise ValueError(
+            f"load_checkpoint: {path!r} could not be read with weights_only={weights_only} "
+            f"({type(exc).__name__}: {exc}); if the file is trusted, pass weights_only=False."
+        ) from exc
+    if not isinstance(state, dict):
+        raise ValueError(f"load_checkpoint: {path!r} does not hold a checkpoint dict.")
+    state = checkpoint_views(state)
+    if net is not None:
+        _load_into(net, state, strict_load, repr(path))
+    return state
+
+
+def _is_checkpoint(state: dict) -> bool:
+    return isinstance(state.get("state_dict"), dict)
+
+
+def checkpoint_views(state: dict) -> dict:
+    """``state`` (a checkpoint dict of any kind) with the derived views lit_amp's readers use.
+
+    ``"network"``: the network's weights under its own names (a Lightning ``state_dict``
+    with the prefix ``lit_amp_network_prefix`` removed; without that key, ``network.`` --
+    a ``LitModel``'s -- when present, else the whole ``state_dict``); ``"optimizer"``: the
+    first of ``optimizer_states`` (None if none); ``"loss_scale"``: the loss-scale state (None
+    if none); ``"append_info"``: MindSpore's extra values (``{}`` if none). The views share
+    the tensors (no copy). A bare state dict (no ``"state_dict"``) is returned as it is.
+
+    Args:
+        state: what ``torch.load`` returned for a checkpoint file.
+
+    Returns:
+        A new dict: ``state``'s entries plus the views.
+
+    Example:
+        >>> sd = {"network.weight": torch.ones(1), "_train_network.x.weight": torch.ones(1)}
+        >>> v = checkpoint_views({"state_dict": sd, "optimizer_states": [{"state": {}}]})
+        >>> sorted(v["network"]), v["optimizer"], v["loss_scale"], v["append_info"]
+        (['weight'], {'state': {}}, None, {})
+    """
+    out = dict(state)
+    if not _is_checkpoint(state):
+        return out  # a bare state dict: its entries are the weights
+    sd = state["state_dict"]
+    prefix = state.get(PREFIX_KEY)
+    if not isinstance(prefix, str):
+        prefix = "network." if any(str(k).startswith("network.") for k in sd) else ""
+    out["network"] = {k[len(prefix):]: v for k, v in sd.items()
+                      if isinstance(k, str) and k.startswith(prefix)}
+    opts = state.get("optimizer_states") or []
+    out["optimizer"] = opts[0] if opts else None
+    out["loss_scale"] = state.get(LOSS_SCALE_KEY)
+    if not isinstance(out.get("append_info"), dict):
+        out["append_info"] = {}
+    return out
+
+
+def network_state(weights: dict, network: torch.nn.Module, source: str = "the checkpoint") -> dict:
+    """The entries of ``weights`` that belong to ``network``, under the network's own names.
+
+    A Lightning checkpoint names a ``LitModel``'s parameters by their attribute path
+    (``network.0.weight``); the prefix (``""``, ``network.``, ``lit_model.network.``, ...) is
+    the one under which the most of ``network``'s names are found. Prefixes tied with it must
+    hold the same tensors (the same module reached by another path, as ``LitModel``'s train
+    and eval cells); the shortest is then taken.
+
+    Args:
+        weights: a state dict (lit_amp's ``network`` or Lightning's ``state_dict``).
+        network: the module to load.
+        source: the file (or object) the weights come from, for messages.
+
+    Returns:
+        ``{name: tensor}`` with the prefix removed (only the entries under it).
+
+    Raises:
+        ValueError: no entry matches a name of ``network`` under any prefix, or two prefixes
+            match equally well with different tensors.
+
+    Example:
+        >>> net = torch.nn.Linear(2, 1)
+        >>> sd = {"network.weight": torch.ones(1, 2), "network.bias": torch.ones(1)}
+        >>> sorted(network_state(sd, net))
+        ['bias', 'weight']
+    """
+    own = set(network.state_dict())
+    votes: dict[str, int] = {}
+    for key in weights:
+        if not isinstance(key, str):
+            continue
+        cut = 0
+        while True:
+            if key[cut:] in own:
+                votes[key[:cut]] = votes.get(key[:cut], 0) + 1
+            cut = key.find(".", cut) + 1
+            if cut == 0:
+                break
+    if not votes:
+        raise ValueError(
+            f"load_checkpoint: {source} holds no parameter of the network "
+            f"{type(network).__name__} (it lacks e.g. {sorted(own)[:3]}; it has e.g. "
+            f"{sorted(map(str, weights))[:3]}). Load a checkpoint written for this network."
+        )
+    best = max(votes.values())
+    tied = sorted((p for p, n in votes.items() if n == best), key=lambda p: (len(p), p))
+    prefix = tied[0]
+    chosen = {k[len(prefix):]: v for k, v in weights.items()
+              if isinstance(k, str) and k.startswith(prefix) and k[len(prefix):] in own}
+    for other in tied[1:]:
+        for name, value in chosen.items():
+            twin = weights.get(other + name)
+            if twin is not None and not (torch.is_tensor(value) and torch.is_tensor(twin)
+                                         and value.shape == twin.shape
+                                         and torch.equal(value, twin)):
+                raise ValueError(
+                    f"load_checkpoint: {source} holds the parameters of "
+                    f"{type(network).__name__} under several prefixes with different values "
+                    f"({prefix!r} and {other!r}); pass the state dict of the one you mean "
+                    f"with the prefix removed to load_param_into_net."
+                )
+    return {k[len(prefix):]: v for k, v in weights.items()
+            if isinstance(k, str) and k.startswith(prefix)}
+
+
+def _weights_of(parameter_dict: dict) -> dict:
+    for key in ("network", "state_dict"):  # load_checkpoint's view, or Lightning's entry
+        if isinstance(parameter_dict.get(key), dict):
+            return parameter_dict[key]
+    return parameter_dict
+
+
+def _load_into(net: Any, parameter_dict: dict, strict_load: bool, source: str) -> list[str]:
+    if hasattr(net, "load_checkpoint_state") and isinstance(parameter_dict, dict) \
+            and _is_checkpoint(parameter_dict):
+        views = checkpoint_views(parameter_dict)
+        inner = getattr(net, "network", None)
+        lightning = isinstance(parameter_dict.get("state_dict"), dict)
+        if lightning and isinstance(inner, torch.nn.Module):
+            # a train cell (TrainOneStepCell): its own network's names, found by matching
+            views["network"] = network_state(parameter_dict["state_dict"], inner, source)
+        try:
+            net.load_checkpoint_state(views)
+        except (RuntimeError, KeyError) as exc:
+            raise RuntimeError(
+                f"load_checkpoint: {source} does not fit {type(net).__name__}: {exc}"
+            ) from exc
+        return []
+    if not isinstance(net, torch.nn.Module):
+        raise TypeError(
+            f"load_param_into_net: 'net' must be a torch.nn.Module, but got {type(net).__name__}."
+        )
+    if not isinstance(parameter_dict, dict):
+        raise TypeError(
+            f"load_param_into_net: 'parameter_dict' must be a dict, but got "
+            f"{type(parameter_dict).__name__}."
+        )
+    sd = network_state(_weights_of(parameter_dict), net, source)
+    try:
+        result = net.load_state_dict(sd, strict=strict_load)
+    except RuntimeError as exc:
+        raise RuntimeError(f"load_checkpoint: {source} does not fit "
+                           f"{type(net).__name__}: {exc}") from exc
+    if result.missing_keys:
+        log.warning("load_checkpoint: %d parameter(s) of %s are not in %s and keep their values "
+                    "(e.g. %s); pass strict_load=True to refuse such a load.",
+                    len(result.missing_keys), type(net).__name__, source,
+                    result.missing_keys[:3])
+    return list(result.missing_keys)
+
+
+def load_param_into_net(net: Any, parameter_dict: dict, strict_load: bool = False) -> list[str]:
+    """Load a checkpoint dict (or a plain state dict) into ``net``.
+
+    With ``strict_load=False`` (MindSpore's default) the parameters found are loaded, the
+    others keep their values and are returned (and logged as a warning); a dict that holds
+    none of ``net``'s parameters is always an error.
+
+    The weights are lit_amp's ``"network"`` entry, Lightning's ``"state_dict"`` or the dict
+    itself; a prefix such as Lightning's ``network.`` (a ``LitModel``'s attribute path) is
+    removed when ``net``'s names are found under it (:func:`network_state`).
+
+    Args:
+        net: the module (or an object with ``load_checkpoint_state`` for lit_amp's files).
+        parameter_dict: what :func:`load_checkpoint` returned, or a state dict.
+        strict_load: every parameter of ``net`` must be found, and nothing else.
+
+    Returns:
+        The names of ``net``'s parameters that were not found in ``parameter_dict``.
+
+    Raises:
+        TypeError: ``net`` is not a module or ``parameter_dict`` not a dict.
+        ValueError: not one of ``net``'s parameters is in ``parameter_dict`` (also with
+            ``strict_load=False``: a load that loads nothing is never silent).
+        RuntimeError: ``strict_load=True`` and keys are missing or unexpected, or a shape
+            differs.
+
+    Example:
+        >>> net = torch.nn.Linear(2, 1)
+        >>> load_param_into_net(net, {"network.weight": torch.ones(1, 2)})
+        ['bias']
+        >>> net.weight.tolist()
+        [[1.0, 1.0]]
+    """
+    return _load_into(net, parameter_dict, strict_load, "'parameter_dict'")
