@@ -198,7 +198,7 @@ def split_section(payload: dict, table: Callable[[dict, list[str]], str]) -> lis
 
 
 RECIPE = """\
-Recommended recipe and defaults. `lit_amp.optim.thor.RECOMMENDED_RECIPE` is the THOR row:
+Recommended recipe and defaults. `lit_amp.thor.RECOMMENDED_RECIPE` is the THOR row:
 frequency 10, trace rule (0.1, 0), `pi_damping=True`, `bias_in_a=True`, used with a constant
 damping (a float, or `get_thor_damping(..., decay_rate=1.0, ...)`). `thor(...)` keeps MindSpore's
 rules by default (√λ on both factors, biases on plain momentum SGD) because THOR is a MindSpore
@@ -217,7 +217,7 @@ the momentum buffers are views of one flat tensor (one kernel scales them all); 
 added in place to the preconditioned gradients; `zero_grad` skips its profiler label when no
 profiler runs; the factors' running average is two foreach calls; the damping is added to the
 diagonal only; conv G statistics are taken from a channels-first copy. Same maths:
-`tests/optim/thor/test_fast_path.py` replays recorded trajectories of the original code
+`tests/thor/test_fast_path.py` replays recorded trajectories of the original code
 (Linear, Conv1d/2d, Embedding, LayerNorm, bias column, π damping, trace rule, split blocks,
 clipping, loss scale, missing gradients) to 1e-6 with identical inversion counts."""
 

@@ -74,13 +74,13 @@ from _common import DOC, machine, write_result  # noqa: E402
 
 from lit_amp.demos.data import mnist1d_arrays  # noqa: E402
 from lit_amp.demos.nets import CNN1D  # noqa: E402
-from lit_amp.optim.thor import (  # noqa: E402
+from lit_amp.thor import (  # noqa: E402
     RECOMMENDED_RECIPE,
     THOR,
     get_thor_damping,
     get_thor_lr,
 )
-from lit_amp.optim.thor.factors import conv_patches  # noqa: E402
+from lit_amp.thor.factors import conv_patches  # noqa: E402
 
 try:  # the library K-FAC anchor (pip extra `bench`: asdfghjkl==0.1a5)
     from _asdl_kfac import CADENCES as ASDL_CADENCES  # noqa: E402
@@ -1049,7 +1049,7 @@ def _factor_blocks(split_dim: int | None) -> dict[str, list[int]]:
 def split_timing(steps: int, repeats: int) -> dict:
     """1-thread CPU ms/step of CNN THOR unsplit vs split (interleaved), and the CPU ms of one
     inversion of all 8 CNN factors (the refresh's Cholesky work) at each split."""
-    from lit_amp.optim.thor.factors import invert_factors
+    from lit_amp.thor.factors import invert_factors
 
     torch.set_num_threads(1)
     variants = ["thor", *SPLIT_ROWS]

@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "RecModel": "lit_amp.rec.rec_model",
     "AutoBoost": "lit_amp.boost.auto_boost",
     "thor": "lit_amp.thor",
-    "ConvertModelUtils": "lit_amp.model.thor",
+    "ConvertModelUtils": "lit_amp.thor.convert",
     "AmpFSDPPrecision": "lit_amp.plugins.precision.fsdp",
     "OverflowDiagnostics": "lit_amp.amp.diagnostics",
     "remove_mixed_precision": "lit_amp.amp.convert",

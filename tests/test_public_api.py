@@ -59,6 +59,6 @@ def test_thor_is_the_callable_subpackage_so_dotted_paths_keep_working():
     assert thor is importlib.import_module("lit_amp.thor")
     opt = thor(nn.Linear(4, 2), 0.1, 0.03, 0.9, frequency=2)
     assert isinstance(opt, THOR)
-    optimizer_module = importlib.import_module("lit_amp.optim.thor.optimizer")
+    optimizer_module = importlib.import_module("lit_amp.thor.optimizer")
     assert get_method("lit_amp.thor.thor") is optimizer_module.thor
     assert get_method("lit_amp.thor.get_thor_lr") is not None

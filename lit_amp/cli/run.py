@@ -206,7 +206,7 @@ def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
         extra_cbs.append(EpochLine(int(cfg.epochs), initial))
     callbacks = [*b.callbacks, *extra_cbs]
     t0 = time.perf_counter()
-    from lit_amp.model.thor import ThorModel
+    from lit_amp.thor.convert import ThorModel
 
     if isinstance(model, ThorModel) and vf is not None:
         # MindSpore's THOR model refuses evaluation during training: train, then evaluate once

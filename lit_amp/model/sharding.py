@@ -256,7 +256,7 @@ def check_optimizer_owns(optimizer: torch.optim.Optimizer | None, model: nn.Modu
 
 
 def _refuse_unsupported(lit: Any) -> None:
-    from lit_amp.optim.thor import THOR
+    from lit_amp.thor.optimizer import THOR
 
     if isinstance(lit.optimizer, THOR):
         raise ValueError(

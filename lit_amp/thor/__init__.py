@@ -1,13 +1,9 @@
-"""``lit_amp.thor``: MindSpore's ``nn.thor``, callable, re-exporting THOR's two halves.
+"""THOR, MindSpore's second-order optimizer; the package is callable, as MindSpore's ``nn.thor``.
 
-- :func:`thor` / :class:`THOR`, :class:`ParamInfo`, :func:`get_thor_lr`,
-  :func:`get_thor_damping` — the optimizer, from :mod:`lit_amp.optim.thor` (pure PyTorch);
-- :class:`ConvertModelUtils`, :class:`ThorModel` — the Model side, from
-  :mod:`lit_amp.model.thor`, imported on first use (it imports Lightning).
-
-``lit_amp.thor(net, lr, damping, momentum, ...)`` calls :func:`thor`, and dotted paths such as
-Hydra's ``_target_: lit_amp.thor.thor`` resolve: the subpackage itself is the callable (see
-:mod:`lit_amp._lazy` on why the name must not be bound to the function).
+``lit_amp.thor(net, lr, damping, momentum, ...)`` calls :func:`~lit_amp.thor.optimizer.thor`.
+The optimizer (:mod:`.optimizer`, :mod:`.factors`, :mod:`.schedules`) is pure PyTorch;
+``ConvertModelUtils`` / ``ThorModel`` (:mod:`.convert`) build a Model, so they import
+Lightning, on first use. Names are imported lazily (PEP 562).
 
 Example:
     >>> from torch import nn
@@ -17,36 +13,38 @@ Example:
     torch.Size([2])
 """
 
+from __future__ import annotations
+
 import sys
 import types
 from typing import Any
 
 from lit_amp._lazy import lazy_exports
-from lit_amp.optim.thor import THOR, ParamInfo, get_thor_damping, get_thor_lr, thor
 
-__all__ = [
-    "thor",
-    "THOR",
-    "ParamInfo",
-    "ConvertModelUtils",
-    "ThorModel",
-    "get_thor_lr",
-    "get_thor_damping",
-]
+_EXPORTS: dict[str, str] = {
+    "thor": "lit_amp.thor.optimizer",
+    "THOR": "lit_amp.thor.optimizer",
+    "ParamInfo": "lit_amp.thor.optimizer",
+    "DEFAULT_FACTOR_DECAY": "lit_amp.thor.optimizer",
+    "DEFAULT_TRACE_THRESHOLDS": "lit_amp.thor.optimizer",
+    "RECOMMENDED_RECIPE": "lit_amp.thor.optimizer",
+    "get_thor_lr": "lit_amp.thor.schedules",
+    "get_thor_damping": "lit_amp.thor.schedules",
+    "ConvertModelUtils": "lit_amp.thor.convert",
+    "ThorModel": "lit_amp.thor.convert",
+}
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {"ConvertModelUtils": "lit_amp.model.thor", "ThorModel": "lit_amp.model.thor"},
-    globals(),
-)
+__all__ = sorted(_EXPORTS)
 
 
-class _CallableThorModule(types.ModuleType):
-    """``lit_amp.thor`` is this subpackage and, like MindSpore's ``nn.thor``, the optimizer
-    factory: ``lit_amp.thor(net, lr, damping, momentum, ...)`` calls :func:`thor`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> THOR:
-        return thor(*args, **kwargs)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
-sys.modules[__name__].__class__ = _CallableThorModule
+class _CallableModule(types.ModuleType):
+    # Python looks ``__call__`` up on the type, never on the module, so a callable package
+    # (MindSpore's ``nn.thor``, also a dotted path for Hydra) needs a ModuleType subclass
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.thor(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -256,7 +256,8 @@ def test_generated_targets_admit_only_classes_of_the_allowed_families():
     leaves = ["Linear", "SGD", "StepLR", "load", "_load", "instantiate_class", "__init__",
               "system", "eval", "ModelCheckpoint", "thor", "save", "Accuracy", "Trainer",
               "main", "LossMonitor", "load_checkpoint", "save_checkpoint", "tensor", "call",
-              "instantiate", "__class__", "CSVLogger", "DDPStrategy", "publish_weights"]
+              "instantiate", "__class__", "CSVLogger", "DDPStrategy", "publish_weights",
+              "get_thor_lr"]
     factories = (thor, get_thor_lr, get_thor_damping, synthetic_loaders, mnist1d_loaders,
                  torch.tensor)
     families = _families()

@@ -148,7 +148,7 @@ def test_thor_and_boost_are_refused_under_fsdp2_naming_ddp(what):
     # what LitModel.configure_model runs under a ModelParallelStrategy, before any sharding
     from lit_amp import LitModel
     from lit_amp.model.sharding import prepare_sharded
-    from lit_amp.optim.thor import thor
+    from lit_amp.thor.optimizer import thor
 
     net = _net()
     if what == "thor":

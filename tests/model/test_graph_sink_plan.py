@@ -109,7 +109,7 @@ def test_plan_refuses_more_than_one_process():
 
 
 def test_plan_refuses_thor_and_unknown_optimizers():
-    from lit_amp.optim.thor import thor
+    from lit_amp.thor.optimizer import thor
 
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     _refused(plan_sink_graph(_lit(net, thor(net, 0.05, 0.03, 0.9, frequency=2)), CUDA), "THOR")

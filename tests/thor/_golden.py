@@ -3,7 +3,7 @@
 Issue #20 made THOR's step cheaper (patches by strided views, one host sync per refresh, a
 cached per-step plan, exact-size inversion batches). ``golden_thor.bin`` holds the parameters
 that the code *before* those changes produced on the scenarios below (recorded with
-``.venv/bin/python -m tests.optim.thor._golden`` at commit 6a9f799); ``test_fast_path.py``
+``.venv/bin/python -m tests.thor._golden`` at commit 6a9f799); ``test_fast_path.py``
 checks that the current code still gives them to 1e-6.
 
 Each scenario trains a small network on fixed random batches for ``STEPS`` steps with a
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_amp.optim.thor import THOR
+from lit_amp.thor.optimizer import THOR
 
 __all__ = ["GOLDEN", "SCENARIOS", "STEPS", "run_scenario"]
 

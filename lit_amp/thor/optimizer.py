@@ -28,17 +28,14 @@ Beyond MindSpore's release, from the THOR paper (both on by default: they won in
 algorithm):
 
 - ``factor_decay`` (default 0.5): a running average of the factors across refreshes,
-  ``A ← β·A + (1-β)·A_batch`` (MindSpore uses the single refresh batch, β = 0, which
-  diverged at larger learning rates or plateaued lower on MNIST-1D; β = 0.9 averaged too
-  long and ended ~1.5 points lower on the MLP than β = 0.5 - tuning seeds 100-102, then
-  ``bench/thor.py``).
+  ``A ← β·A + (1-β)·A_batch`` (MindSpore uses the single refresh batch, β = 0).
 - ``trace_thresholds=(ω1, ω2)`` (default the paper's THOR, (0.01, 0)): per factor,
   Δ = |tr(F+√λI) − tr(F_ref+√λI)| / tr(F_ref+√λI) against the factor last inverted; Δ > ω1
   re-inverts, ω2 ≤ Δ ≤ ω1 reuses the old inverse, Δ < ω2 stops refreshing that factor for
   good (its statistics are no longer collected). (0, 0) refreshes every time (MindSpore).
 
 Two K-FAC choices, off by default (MindSpore's rules) and measured in docs/benchmarks.md (THOR
-section, issue #20): ``pi_damping=True`` splits √λ between A and G by K-FAC's π, and
+section): ``pi_damping=True`` splits √λ between A and G by K-FAC's π, and
 ``bias_in_a=True`` preconditions each bias with its weight (a ones column in A).
 :data:`RECOMMENDED_RECIPE` turns both on (with frequency 10 and the trace rule (0.1, 0)); use
 it with a constant damping.
@@ -47,13 +44,10 @@ Under ``torch.distributed`` the new statistics are all-reduced (mean; one call p
 ``split_indices`` bucket) before they are used, so every rank holds identical factors,
 inverses and trace decisions.
 
-Layout of :mod:`lit_amp.optim.thor`: this module holds the optimizer (its step, hook timing
-and checkpoint state); the argument checks and schedules live in ``_arguments``, the refresh
-(all-reduce, running average, trace rule, inversion) in ``_second_order``, the per-layer
-statistics and block-diagonal inverses in :mod:`~lit_amp.optim.thor.factors`.
-
-Size: the optimizer class with its step, hook timing and checkpoint state; the argument
-checks and the refresh already live in ``_arguments`` and ``_second_order``.
+This module holds the optimizer (its step, hook timing and checkpoint state); the argument
+checks and schedules live in ``_arguments``, the refresh (all-reduce, running average, trace
+rule, inversion) in ``_second_order``, the per-layer statistics and block-diagonal inverses in
+:mod:`~lit_amp.thor.factors`.
 
 Example:
     >>> import torch
@@ -84,7 +78,7 @@ from torch.optim import Optimizer
 from torch.optim import optimizer as _torch_optimizer
 
 from lit_amp._validation import check_bool, check_int, check_positive_int, check_type
-from lit_amp.optim.thor._arguments import (
+from lit_amp.thor._arguments import (
     OWNER,
     Schedule,
     check_callable,
@@ -97,8 +91,8 @@ from lit_amp.optim.thor._arguments import (
     check_split_indices,
     check_trace_thresholds,
 )
-from lit_amp.optim.thor._second_order import LAYERNORM, plan_layers, refresh
-from lit_amp.optim.thor.factors import LayerFactors
+from lit_amp.thor._second_order import LAYERNORM, plan_layers, refresh
+from lit_amp.thor.factors import LayerFactors
 
 __all__ = [
     "THOR",
@@ -114,7 +108,7 @@ DEFAULT_FACTOR_DECAY = 0.5
 #: Default (ω1, ω2) of the trace rule (chosen by ``bench/thor.py``).
 DEFAULT_TRACE_THRESHOLDS = (0.01, 0.0)
 
-#: The recommended recipe (issue #20; docs/benchmarks.md, THOR section): refresh every 10 steps,
+#: The recommended recipe (docs/benchmarks.md, THOR section): refresh every 10 steps,
 #: trace rule (0.1, 0), K-FAC's π-split damping and biases in A. Use it with a *constant*
 #: damping (a float, or ``get_thor_damping(..., decay_rate=1.0, ...)``). Measured against ASDL's
 #: K-FAC there (fewer epochs on the CNN; on the MLP as many or more, depending on the lr/damping
@@ -144,8 +138,8 @@ def _observed(opt: Optimizer) -> bool:
 
 def _light_step(func: Callable[..., Any]) -> Callable[..., Any]:
     """torch's ``Optimizer.profile_hook_step`` wrapper (profiler label, step pre/post hooks),
-    skipped while nothing observes the step: its ``record_function`` alone cost ~15-25 µs a
-    step, a tenth of THOR's first-order step on MNIST-1D (issue #20)."""
+    skipped while nothing observes the step: its ``record_function`` alone costs a noticeable
+    part of a small first-order step (docs/benchmarks.md, THOR section)."""
     hooked = Optimizer.profile_hook_step(func)
 
     @functools.wraps(func)
@@ -191,7 +185,7 @@ class THOR(Optimizer):
 
     Args:
         net: the network; its trainable parameters are optimized and its supported layers
-            (:data:`~lit_amp.optim.thor.factors.SUPPORTED_LAYERS`) preconditioned.
+            (:data:`~lit_amp.thor.factors.SUPPORTED_LAYERS`) preconditioned.
         learning_rate: a float (then ``param_groups[0]["lr"]``, so torch LR schedulers work),
             a 1-D tensor / array / list with one value per step (MindSpore), or a callable
             ``step -> float``.
@@ -218,7 +212,7 @@ class THOR(Optimizer):
             (0, 0) re-inverts every factor at every refresh (MindSpore).
         grad_scale: the loss scale the backward passes run with, as a float or a callable
             returning it (G is divided by its square); None means ``loss_scale`` (MindSpore's
-            pairing). :class:`~lit_amp.model.thor.ConvertModelUtils` wires it to the Model's loss
+            pairing). :class:`~lit_amp.thor.convert.ConvertModelUtils` wires it to the Model's loss
             scaler.
         skip_layers: qualified module names (or name prefixes) left unpreconditioned.
         pi_damping: K-FAC's π-split damping (Martens & Grosse 2015 §6.3, ASDL): √λ·π on A,
@@ -227,7 +221,7 @@ class THOR(Optimizer):
             does); False: biases take plain momentum SGD (MindSpore).
 
     Attributes:
-        layers: the :class:`~lit_amp.optim.thor.factors.LayerFactors` of the preconditioned layers.
+        layers: the :class:`~lit_amp.thor.factors.LayerFactors` of the preconditioned layers.
         steps: optimizer steps taken.
         inversions: factor inversions computed so far (A and G count one each).
         refreshes: second-order steps taken.

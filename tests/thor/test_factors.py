@@ -9,15 +9,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_amp.optim.thor import THOR
-from lit_amp.optim.thor import factors as thor_factors
-from lit_amp.optim.thor.factors import (
+from lit_amp.thor import factors as thor_factors
+from lit_amp.thor.factors import (
     LayerFactors,
     apply_left,
     apply_right,
     conv_patches,
     invert_factors,
 )
+from lit_amp.thor.optimizer import THOR
 
 
 def _one_step(net, x, y, *, damping=0.05, split_dim=128, lr=1.0):

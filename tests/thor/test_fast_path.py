@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.optim.thor._golden import GOLDEN, SCENARIOS, run_scenario
+from tests.thor._golden import GOLDEN, SCENARIOS, run_scenario
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_amp.optim.thor import THOR, ParamInfo, thor
+from lit_amp.thor.optimizer import THOR, ParamInfo, thor
 
 
 def _net(seed: int = 0) -> nn.Module:

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_amp.optim.thor import thor
+from lit_amp.thor.optimizer import thor
 
 
 def _batch(step: int, n: int = 16):

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lit_amp import DynamicLossScaleManager, Model
-from lit_amp.model.thor import ConvertModelUtils, ThorModel
-from lit_amp.optim.thor import THOR, thor
+from lit_amp.thor.convert import ConvertModelUtils, ThorModel
+from lit_amp.thor.optimizer import THOR, thor
 
 ROOT = Path(__file__).resolve().parents[2]
 

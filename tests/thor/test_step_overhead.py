@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from lit_amp.optim.thor import RECOMMENDED_RECIPE, THOR
+from lit_amp.thor.optimizer import RECOMMENDED_RECIPE, THOR
 
 
 def _setup(seed: int = 0) -> tuple[nn.Module, THOR]:

@@ -26,9 +26,6 @@ never ran, or whose statistics are not finite (an overflowing fp16 step that the
 skipped), is dropped, so skipped steps never corrupt the factors. Everything is computed in
 float32 whatever the compute dtype.
 
-Size: one class (statistics, hooks, inverses of a layer) and the inversion helpers it uses;
-splitting them would separate the factor layout from the code that inverts it.
-
 Example:
     >>> import torch
     >>> from torch import nn
@@ -387,7 +384,7 @@ def conv_patches(module: nn.Module, x: Tensor) -> Tensor:
     Applies the layer's own padding (any ``padding`` / ``padding_mode``), stride and dilation.
     The rows are gathered from strided views of the input (``Tensor.unfold``) in one copy:
     the same values as ``F.unfold``, whose CPU kernel loops over the batch one sample at a
-    time and cost THOR's CNN most of its refresh (issue #20).
+    time and cost THOR's CNN most of its refresh.
 
     Example:
         >>> conv = nn.Conv1d(2, 3, 3, padding=1)
@@ -471,7 +468,7 @@ def invert_factors(
     last one padded with identity, as MindSpore does) whose inverses form a block-diagonal
     approximation of the true inverse; ``split_dim=None`` inverts whole matrices. Blocks of the
     same size (from all matrices) are inverted in one batched call; blocks are never padded to a
-    common size (a 76-wide block padded to 128 cost ~5x the flops, issue #20). A block that is
+    common size (a 76-wide block padded to 128 would cost ~5x the flops). A block that is
     not positive definite in fp32 is retried with growing jitter.
 
     Returns:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from lit_amp.optim.thor import thor
+from lit_amp.thor.optimizer import thor
 from tests.helpers.dist import run_distributed
 
 STEPS = 5

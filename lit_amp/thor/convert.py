@@ -1,10 +1,9 @@
 """THOR's Model side: ``ThorModel`` and ``ConvertModelUtils`` (MindSpore's ``ModelThor``).
 
 :class:`ConvertModelUtils` ``.convert_to_thor_model`` switches a Model to THOR training: it
-returns a :class:`ThorModel` when the optimizer is a :class:`~lit_amp.optim.thor.THOR`, the
-Model unchanged otherwise. Both are facades (they build a :class:`~lit_amp.Model`), so this
-module imports Lightning; the optimizer itself, :mod:`lit_amp.optim.thor`, stays pure PyTorch,
-and :mod:`lit_amp.thor` re-exports these two names lazily.
+returns a :class:`ThorModel` when the optimizer is a :class:`~lit_amp.thor.optimizer.THOR`, the
+Model unchanged otherwise. Both are facades (they build a :class:`~lit_amp.Model`), so this is
+the one module of :mod:`lit_amp.thor` that imports Lightning; the optimizer stays pure PyTorch.
 
 The alternation of one second-order step with ``frequency - 1`` first-order steps is driven by
 the THOR optimizer itself (it counts its steps and installs its statistics hooks only for
@@ -16,7 +15,7 @@ Example:
     >>> import torch
     >>> from torch import nn
     >>> from lit_amp import Model
-    >>> from lit_amp.optim.thor import thor
+    >>> from lit_amp.thor import thor
     >>> net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     >>> loss = nn.CrossEntropyLoss()
     >>> opt = thor(net, 0.05, 0.03, 0.9, frequency=2)
@@ -34,7 +33,7 @@ from torch import nn
 
 from lit_amp.amp.cells import TrainOneStepCell
 from lit_amp.model.model import Model
-from lit_amp.optim.thor import THOR
+from lit_amp.thor.optimizer import THOR
 
 __all__ = ["ThorModel", "ConvertModelUtils"]
 

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_amp._runtime import dist_ready
-from lit_amp.optim.thor.factors import LayerFactors, invert_factors, is_supported_layer
+from lit_amp.thor.factors import LayerFactors, invert_factors, is_supported_layer
 
 __all__ = ["LAYERNORM", "BIAS", "plan_layers", "dist_world", "refresh", "allreduce_factors"]
 

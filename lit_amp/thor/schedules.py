@@ -1,7 +1,7 @@
 """THOR's per-step learning-rate and damping schedules (MindSpore's ResNet-50 THOR recipe).
 
 Both return a 1-D float32 tensor with one value per step from ``global_step`` on, the form
-:func:`~lit_amp.optim.thor.thor` takes (model zoo ``src/lr_generator.py``, docs/semantics.md §4.4):
+:func:`~lit_amp.thor.thor` takes (model zoo ``src/lr_generator.py``, docs/semantics.md §4.4):
 
 - ``lr(step) = lr_init · (1 − epoch/total_epochs)^decay``, with ``epoch = (step+1) /
   steps_per_epoch``; halved from ``decay_epochs`` on and halved again one epoch later.

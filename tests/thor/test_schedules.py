@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_amp.optim.thor import get_thor_damping, get_thor_lr
+from lit_amp.thor.schedules import get_thor_damping, get_thor_lr
 
 
 def _ms_lr(global_step, lr_init, decay, total_epochs, steps_per_epoch, decay_epochs=100):
