@@ -7,7 +7,8 @@ module             holds
                    :class:`ValidationOptions` (what you pass) and :class:`OnlineSummary`
 ``loop``           :class:`OnlineLoop`: the callback bridge with ``online_train``'s epochs
 ``stopping``       stop conditions and signal handlers
-``checkpoints``    cursor checkpoints, resuming from them, published weights
+``checkpoints``    cursor checkpoints and resuming from them
+``publisher``      published weights on the run's cadence
 ``validation``     the held-out window (test-then-train) or a fixed validation set
 ``ranks``          the DDP collectives the loop needs
 ``guard``          the non-finite guard: a NaN / inf gradient never reaches the parameters

@@ -1,4 +1,4 @@
-"""What ``online_train`` writes: cursor checkpoints (and resuming from them), published weights.
+"""Cursor checkpoints of ``online_train`` and resuming from them.
 
 A checkpoint (:class:`CursorCheckpoints`) is one ``online-{step}.ckpt`` file holding the
 train-step module's state (network, optimizer, loss scale) and, under ``"online"``, the
@@ -7,10 +7,7 @@ writes; the cursors are gathered first. A source is told that a cursor is durabl
 (``checkpointed(cursor)``) one checkpoint late: when rank 0 joins the gather of the next
 checkpoint it has finished writing the previous one.
 
-Published weights (:class:`Publisher`) are the network's ``state_dict`` for serving
-(:func:`lit_amp.rec.publish.publish_weights`), on their own cadence.
-
-At the start of a run, rank 0 removes the temp files a killed writer left in both folders.
+At the start of a run, rank 0 removes the temp files a killed writer left in the folder.
 """
 
 from __future__ import annotations
@@ -20,17 +17,15 @@ import os
 import time
 from typing import Any
 
-import torch
-
 from lit_amp._io import remove_stale_temps
 from lit_amp.rec._stream import OnlineStream
-from lit_amp.rec.online.guard import first_nonfinite
-from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary, PublishOptions
+from lit_amp.rec.online.guard import refuse_nonfinite
+from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary
 from lit_amp.rec.online.ranks import Ranks
-from lit_amp.rec.publish import latest_checkpoint, plain_state, prune_checkpoints, publish_weights
+from lit_amp.rec.publish import latest_checkpoint, plain_state, prune_checkpoints
 from lit_amp.serialization import save_checkpoint
 
-__all__ = ["CursorCheckpoints", "Publisher"]
+__all__ = ["CursorCheckpoints"]
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +39,6 @@ class _OnlineState:
 
     def checkpoint_state(self) -> dict:
         return {**self._lit.checkpoint_state(), "online": self._online}
-
-
-def _refuse_nonfinite(module: Any, what: str) -> None:
-    """Raise when ``module`` holds a NaN / inf: it must never be checkpointed or served."""
-    if not isinstance(module, torch.nn.Module):
-        return
-    name = first_nonfinite(module)
-    if name is not None:
-        raise RuntimeError(
-            f"online_train: {what} hold a non-finite value in {name!r}, so they are not "
-            "written (serving or resuming them would spread NaN); the previous checkpoint and "
-            "published weights are kept. Look for a non-finite input or a diverging "
-            "learning rate; loss scaling or a lower learning rate may help."
-        )
 
 
 class CursorCheckpoints:
@@ -120,7 +101,7 @@ class CursorCheckpoints:
         Raises:
             RuntimeError: a weight is NaN / inf (such a checkpoint is never written).
         """
-        _refuse_nonfinite(lit, f"the checkpoint of step {step}")
+        refuse_nonfinite(lit, f"the checkpoint of step {step}")
         cursors = self.ranks.gather(cursor)
         # rank 0 finished writing the previous checkpoint before it joined this gather, so
         # what that checkpoint covers is durable on every rank now
@@ -218,73 +199,3 @@ class CursorCheckpoints:
             source.load_state_dict(mine)
             self.saved_cursor = mine
         return mine
-
-
-class Publisher:
-    """Exports the network's weights for serving on ``PublishOptions``' cadence (rank 0 writes).
-
-    Args:
-        opts: the publish options.
-        network: the backbone (published weights are its ``state_dict``).
-        ranks: the DDP ranks.
-        summary: the run's summary (``total_records`` in, ``last_published`` out).
-    """
-
-    def __init__(
-        self, opts: PublishOptions, network: torch.nn.Module, ranks: Ranks, summary: OnlineSummary
-    ) -> None:
-        self.opts = opts
-        self.network = network
-        self.ranks = ranks
-        self.summary = summary
-        self.last_step = -1
-        self.last_time = 0.0
-
-    def start(self, step: int, t0: float) -> None:
-        """Mark ``step`` as published (nothing new yet); rank 0 removes stale temps."""
-        self.last_step = step
-        self.last_time = t0
-        if self.ranks.rank == 0:
-            remove_stale_temps(os.fspath(self.opts.publish_dir))
-
-    def time_due(self, now: float) -> bool:
-        """Whether ``publish_every_n_seconds`` have passed since the last publish."""
-        secs = self.opts.publish_every_n_seconds
-        return secs is not None and now - self.last_time >= secs  # type: ignore[operator]
-
-    def step_due(self, step: int) -> bool:
-        """Whether ``step`` is on the ``publish_every_n_steps`` cadence."""
-        every = self.opts.publish_every_n_steps
-        return every is not None and step % every == 0
-
-    def publish(self, step: int, cursor: Any) -> None:
-        """Publish the weights of ``step``; then call ``publish_hook`` (``cursor`` in its info).
-
-        Raises:
-            RuntimeError: a weight is NaN / inf (non-finite weights are never published).
-        """
-        _refuse_nonfinite(self.network, f"the weights of step {step}")
-        self.last_step = step
-        self.last_time = time.monotonic()
-        if self.ranks.rank != 0:
-            return
-        o = self.opts
-        path = publish_weights(
-            self.network,
-            o.publish_dir,
-            step,
-            records=self.summary.total_records,
-            keep=o.keep_published_max,
-        )
-        self.summary.last_published = path
-        log.debug("online_train: published %s", path)
-        if o.publish_hook is not None:
-            o.publish_hook(
-                {
-                    "path": path,
-                    "step": step,
-                    "records": self.summary.total_records,
-                    "published_at": time.time(),
-                    "cursor": cursor,
-                }
-            )

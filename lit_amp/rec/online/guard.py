@@ -9,8 +9,8 @@ and fast paths alike): when any gradient is non-finite, every gradient is droppe
 counted as skipped, as loss scaling skips an overflowing step. Under DDP the gradients are
 already all-reduced, so every rank skips the same step.
 
-:func:`first_nonfinite` is the last line: checkpoints and published weights are never written
-with a non-finite value in them.
+:func:`first_nonfinite` / :func:`refuse_nonfinite` are the last line: checkpoints and published
+weights are never written with a non-finite value in them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["NonFiniteGuard", "first_nonfinite"]
+__all__ = ["NonFiniteGuard", "first_nonfinite", "refuse_nonfinite"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,21 @@ def first_nonfinite(module: torch.nn.Module) -> str | None:
         if t.is_floating_point() and not bool(_finite(t.detach())):
             return name
     return None
+
+
+def refuse_nonfinite(module: Any, what: str) -> None:
+    """Raise a RuntimeError when ``module`` holds a NaN / inf: it must never be checkpointed or
+    served (``what`` names the file in the message)."""
+    if not isinstance(module, torch.nn.Module):
+        return
+    name = first_nonfinite(module)
+    if name is not None:
+        raise RuntimeError(
+            f"online_train: {what} hold a non-finite value in {name!r}, so they are not "
+            "written (serving or resuming them would spread NaN); the previous checkpoint and "
+            "published weights are kept. Look for a non-finite input or a diverging "
+            "learning rate; loss scaling or a lower learning rate may help."
+        )
 
 
 class NonFiniteGuard:

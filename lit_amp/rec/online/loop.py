@@ -4,7 +4,8 @@ Lightning's fit loop drives one long epoch over :class:`~lit_amp.rec._stream.Onl
 :class:`OnlineLoop` is the :class:`~lit_amp.callbacks.bridge.MindSporeCallbackBridge` with
 ``online_train``'s epoch accounting (in sink mode every batch is one epoch) and, around each
 step, what MindSpore lacks: stop conditions (:mod:`.stopping`), validation
-(:mod:`.validation`), cursor checkpoints and publishing (:mod:`.checkpoints`).
+(:mod:`.validation`), cursor checkpoints (:mod:`.checkpoints`) and publishing
+(:mod:`.publisher`).
 
 =========================  ====================================================================
 Lightning                  online_train
@@ -33,7 +34,7 @@ import torch
 
 from lit_amp.callbacks.bridge import MindSporeCallbackBridge
 from lit_amp.rec._stream import OnlineStream, batch_size_of
-from lit_amp.rec.online.checkpoints import CursorCheckpoints, Publisher
+from lit_amp.rec.online.checkpoints import CursorCheckpoints
 from lit_amp.rec.online.guard import NonFiniteGuard
 from lit_amp.rec.online.options import (
     CheckpointOptions,
@@ -42,6 +43,7 @@ from lit_amp.rec.online.options import (
     StopOptions,
     ValidationOptions,
 )
+from lit_amp.rec.online.publisher import Publisher
 from lit_amp.rec.online.ranks import Ranks
 from lit_amp.rec.online.stopping import StopConditions
 from lit_amp.rec.online.validation import validate, validation_due

@@ -1,0 +1,95 @@
+"""Publishing on ``online_train``'s cadence: :class:`Publisher` exports the network for serving.
+
+Rank 0 writes; the files and their reader are in :mod:`lit_amp.rec.publish`. At the start of
+a run, rank 0 removes the temp files a killed writer left in the folder. Non-finite weights
+are never published.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import torch
+
+from lit_amp._io import remove_stale_temps
+from lit_amp.rec.online.guard import refuse_nonfinite
+from lit_amp.rec.online.options import OnlineSummary, PublishOptions
+from lit_amp.rec.online.ranks import Ranks
+from lit_amp.rec.publish import publish_weights
+
+__all__ = ["Publisher"]
+
+log = logging.getLogger(__name__)
+
+
+class Publisher:
+    """Exports the network's weights for serving on ``PublishOptions``' cadence (rank 0 writes).
+
+    Args:
+        opts: the publish options.
+        network: the backbone (published weights are its ``state_dict``).
+        ranks: the DDP ranks.
+        summary: the run's summary (``total_records`` in, ``last_published`` out).
+    """
+
+    def __init__(
+        self, opts: PublishOptions, network: torch.nn.Module, ranks: Ranks, summary: OnlineSummary
+    ) -> None:
+        self.opts = opts
+        self.network = network
+        self.ranks = ranks
+        self.summary = summary
+        self.last_step = -1
+        self.last_time = 0.0
+
+    def start(self, step: int, t0: float) -> None:
+        """Mark ``step`` as published (nothing new yet); rank 0 removes stale temps."""
+        self.last_step = step
+        self.last_time = t0
+        if self.ranks.rank == 0:
+            remove_stale_temps(os.fspath(self.opts.publish_dir))
+
+    def time_due(self, now: float) -> bool:
+        """Whether ``publish_every_n_seconds`` have passed since the last publish."""
+        secs = self.opts.publish_every_n_seconds
+        return secs is not None and now - self.last_time >= secs  # type: ignore[operator]
+
+    def step_due(self, step: int) -> bool:
+        """Whether ``step`` is on the ``publish_every_n_steps`` cadence."""
+        every = self.opts.publish_every_n_steps
+        return every is not None and step % every == 0
+
+    def publish(self, step: int, cursor: Any) -> None:
+        """Publish the weights of ``step``; then call ``publish_hook`` (``cursor`` in its info).
+
+        Raises:
+            RuntimeError: a weight is NaN / inf (non-finite weights are never published).
+        """
+        refuse_nonfinite(self.network, f"the weights of step {step}")
+        self.last_step = step
+        self.last_time = time.monotonic()
+        if self.ranks.rank != 0:
+            return
+        o = self.opts
+        path = publish_weights(
+            self.network,
+            o.publish_dir,
+            step,
+            records=self.summary.total_records,
+            keep=o.keep_published_max,
+        )
+        self.summary.last_published = path
+        log.debug("online_train: published %s", path)
+        if o.publish_hook is not None:
+            o.publish_hook(
+                {
+                    "path": path,
+                    "step": step,
+                    "records": self.summary.total_records,
+                    "published_at": time.time(),
+                    "cursor": cursor,
+                }
+            )
