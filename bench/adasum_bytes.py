@@ -6,15 +6,15 @@ for forward/backward/step) and then runs one AdaSum exchange, with the variants 
 round by round:
 
 - ``allgather``: the former exchange, ``torch.distributed.all_gather`` of every rank's whole
-  delta (``_allgather_exchange``);
+  delta (``allgather_exchange``);
 - ``halving``: the recursive vector-halving exchange (``transport="process_group"`` from 3
   ranks on; with 2 ranks AdaSum uses ``allgather``, which sends the same N floats per rank in
   one collective);
 - ``shm``: the all-gather through shared memory (``transport="shm"``).
 
-Bytes sent per rank per exchange come from ``lit_amp.boost.adasum.TRAFFIC`` (point-to-point
-sends counted exactly; all-gathers as the ring algorithm's ``(world - 1) x chunk``). Step time
-is the median wall ms per step (compute + exchange) of rank 0 over ``--rounds`` rounds of
+Bytes sent per rank per exchange come from ``lit_amp.boost.adasum.transport.TRAFFIC``
+(point-to-point sends counted exactly; all-gathers as the ring algorithm's ``(world - 1) x chunk``).
+Step time is the median wall ms per step (compute + exchange) of rank 0 over ``--rounds`` rounds of
 ``--steps`` steps; the results of the three variants are also checked against each other.
 
     .venv/bin/python bench/adasum_bytes.py            # ~4 min
@@ -52,8 +52,9 @@ def _work(ms: float) -> None:
 
 
 def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
-    from lit_amp.boost import adasum as mod
-    from lit_amp.boost._shm import ShmAllGather
+    from lit_amp.boost.adasum import transport as mod
+    from lit_amp.boost.adasum.maths import EPS, SegmentLayout
+    from lit_amp.boost.adasum.shm import ShmAllGather
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -61,12 +62,12 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str
     g = torch.Generator().manual_seed(rank)
     shapes = _shapes(args.numel)
     delta = torch.cat([torch.randn(s, generator=g).reshape(-1) for s in shapes])
-    layout = mod._Layout([torch.Size(s) for s in shapes], delta.device)
+    layout = SegmentLayout([torch.Size(s) for s in shapes], delta.device)
     channel = ShmAllGather(delta.numel())
     variants = {
-        "allgather": lambda: mod._allgather_exchange(delta, layout, None, 1),
-        "halving": lambda: (mod._Halving(layout, None, 1, mod.EPS).run(delta), None),
-        "shm": lambda: mod._exchange(delta, layout, None, 1, channel=channel),
+        "allgather": lambda: mod.allgather_exchange(delta, layout, None, 1),
+        "halving": lambda: (mod.VectorHalving(layout, None, 1, EPS).run(delta), None),
+        "shm": lambda: mod.exchange(delta, layout, None, 1, channel=channel),
     }
     res = {k: f()[0] for k, f in variants.items()}  # warm-up and agreement check
     for k in ("halving", "shm"):

@@ -48,7 +48,7 @@ def _wrap(owner: Any, name: str, key: str) -> None:
 def _instrument() -> None:
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
-    import lit_amp.boost.adasum as A
+    import lit_amp.boost.adasum.hooks as A
     from lit_amp.model.lit_model import LitModel
 
     _wrap(LitModel, "loss_of", "forward")
@@ -56,7 +56,7 @@ def _instrument() -> None:
     _wrap(LitModel, "_optimizer_step", "optimizer step")
     _wrap(A.AdaSumHooks, "_pre", "  AdaSum snapshot")
     _wrap(A.AdaSumHooks, "_post", "  AdaSum after the step")
-    _wrap(A, "_exchange", "    AdaSum exchange")
+    _wrap(A, "exchange", "    AdaSum exchange")
     _wrap(LitModel, "training_step", "training_step")
     _wrap(_TrainingEpochLoop, "_broadcast_sigterm_tensor", "Lightning SIGTERM broadcast")
     _wrap(_TrainingEpochLoop, "advance", "whole step")

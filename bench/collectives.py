@@ -1,6 +1,6 @@
 """Benchmark: what one all-gather costs between 2 CPU processes, gloo vs shared memory (#6).
 
-Why AdaSum's exchange goes through :class:`lit_amp.boost._shm.ShmAllGather` on one host: each
+Why AdaSum's exchange goes through :class:`lit_amp.boost.adasum.shm.ShmAllGather` on one host: each
 rank computes for ``--work-ms`` (a matmul loop; one rank 1 ms longer on alternate steps, so the
 arrival skew is known: 0.5 ms on average), then all-gathers a vector of ``--numel`` floats
 (43k = the boost benchmark's ResNet1D). Reported per step, median of ``--rounds`` rounds with
@@ -36,7 +36,7 @@ def _work(ms: float) -> None:
 
 
 def _worker(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
-    from lit_amp.boost._shm import ShmAllGather
+    from lit_amp.boost.adasum.shm import ShmAllGather
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)

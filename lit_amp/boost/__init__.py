@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "CommonHeadLastFN": "lit_amp.boost.less_bn",
     "GradientFreeze": "lit_amp.boost.grad_freeze",
     "GradientAccumulation": "lit_amp.boost.grad_accumulation",
-    "AdaSum": "lit_amp.boost.adasum",
+    "AdaSum": "lit_amp.boost.adasum.callback",
     "DimReduce": "lit_amp.boost.dim_reduce",
     "DimReduceOptimizer": "lit_amp.boost.dim_reduce",
     "GroupLossScaleManager": "lit_amp.boost.group_loss_scale",

@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from lit_amp._runtime import unwrap_optimizer
-from lit_amp.boost.adasum import AdaSum
+from lit_amp.boost.adasum.callback import AdaSum
 from lit_amp.boost.base import BoostAlgorithm, is_thor_optimizer
 from lit_amp.boost.config import BoostConfig, parse_boost_config
 from lit_amp.boost.dim_reduce import DimReduce

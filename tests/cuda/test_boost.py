@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lit_amp import Model
 from lit_amp.boost import CommonHeadLastFN
-from lit_amp.boost.adasum import AdaSum
+from lit_amp.boost.adasum.callback import AdaSum
 from lit_amp.callbacks import Callback
 from lit_amp.demos import ResNet1D
 

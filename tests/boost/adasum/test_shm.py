@@ -13,8 +13,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from lit_amp.boost._shm import SHM_DIR, ShmAllGather, shm_supported
-from lit_amp.boost.adasum import AdaSum, AdaSumHooks
+from lit_amp.boost.adasum.callback import AdaSum
+from lit_amp.boost.adasum.hooks import AdaSumHooks
+from lit_amp.boost.adasum.shm import SHM_DIR, ShmAllGather, shm_supported
 
 WORLD = 2
 
@@ -44,7 +45,7 @@ def _train(channel: ShmAllGather | None, rank: int, steps: int) -> torch.Tensor:
 
 
 def _not_shared(rank: int) -> dict:
-    import lit_amp.boost._shm as shm_mod
+    import lit_amp.boost.adasum.shm as shm_mod
 
     real = torch.from_file
 

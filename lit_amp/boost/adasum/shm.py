@@ -1,10 +1,8 @@
 """An all-gather through shared memory for ranks that share one host (AdaSum's exchange).
 
-Gloo — torch's CPU backend — moves every collective through TCP sockets and a chain of worker
-and I/O threads; on a busy machine each collective then costs milliseconds of thread wake-ups
-however small the tensor (measured on the 2-vCPU benchmark VM: an all-gather of 43k floats
-after 8 ms of compute took 2.0-2.2 ms in gloo, 0.56-0.59 ms here, of which ~0.5 ms is the ranks'
-arrival skew; ``bench/results/boost.json`` has the effect on a training step).
+Gloo -- torch's CPU backend -- moves every collective through TCP sockets and a chain of
+worker and I/O threads; on a busy machine each collective then costs thread wake-ups however
+small the tensor (docs/benchmarks.md, "Boost levels", has the measurements).
 :class:`ShmAllGather` instead maps one file in ``/dev/shm`` into every rank:
 
 - ``data[parity, rank, :m]``: each rank's row, double-buffered by the call's parity;
@@ -15,11 +13,11 @@ reached the call number, and returns the ``[world, m]`` view. Double buffering i
 rank can only be one call ahead (call ``k + 1`` waits for everybody's flag ``k + 1``, written
 after they finished reading call ``k``), so the rows of call ``k`` stay intact until the next
 call. Ordering relies on x86-64's total store order (the row's stores become visible before the
-flag's); other architectures use the process group (``available`` says so). The file is
+flag's); other architectures use the process group (``shm_supported`` says so). The file is
 unlinked as soon as every rank has mapped it, so nothing is left behind, even after a crash.
 
-Used by :class:`lit_amp.boost.adasum.AdaSum` (``transport="auto"``) when the default group is
-gloo and every rank runs on this host; it is internal and CPU-only.
+Used by :class:`~lit_amp.boost.adasum.callback.AdaSum` (``transport="auto"``) when the default
+group is gloo and every rank runs on this host; CPU only.
 """
 
 from __future__ import annotations
