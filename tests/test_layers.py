@@ -190,10 +190,8 @@ def test_no_import_circle() -> None:
             assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
-MAX_MODULE_LINES = 500
+#: a function longer than this does more than one thing (a module is as long as its concern)
 MAX_FUNCTION_CODE_LINES = 80
-#: a module may exceed MAX_MODULE_LINES when its docstring says why, in a line starting so
-SIZE_REASON = "Size:"
 
 
 def _code_lines(node: ast.AST, source: list[str]) -> int:
@@ -212,34 +210,14 @@ def _code_lines(node: ast.AST, source: list[str]) -> int:
     return count
 
 
-def sizes() -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """``(module lines, path)`` and ``(function code lines, path:name)``, largest first."""
-    modules, functions = [], []
+def test_function_sizes() -> None:
+    too_long = []
     for p in FILES:
         text = p.read_text()
         source = text.splitlines()
-        rel = str(p.relative_to(ROOT.parent))
-        modules.append((len(source), rel))
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                functions.append((_code_lines(node, source), f"{rel}:{node.name}"))
-    return sorted(modules, reverse=True), sorted(functions, reverse=True)
-
-
-def test_module_and_function_sizes() -> None:
-    modules, functions = sizes()
-    too_long = []
-    for n, rel in modules:
-        if n > MAX_MODULE_LINES:
-            doc = ast.get_docstring(ast.parse((ROOT.parent / rel).read_text())) or ""
-            if SIZE_REASON not in doc:
-                too_long.append(f"{rel}: {n} lines and no '{SIZE_REASON}' reason in its docstring")
-    too_long += [f"{name}: {n} lines of code" for n, name in functions
-                 if n > MAX_FUNCTION_CODE_LINES]
+                n = _code_lines(node, source)
+                if n > MAX_FUNCTION_CODE_LINES:
+                    too_long.append(f"{p.relative_to(ROOT.parent)}:{node.name}: {n} lines of code")
     assert not too_long, "\n".join(too_long)
-
-
-if __name__ == "__main__":  # the size report quoted in README's layout section
-    mods, funcs = sizes()
-    print("largest modules:", *(f"  {n:4d}  {r}" for n, r in mods[:5]), sep="\n")
-    print("largest functions (code lines):", *(f"  {n:4d}  {r}" for n, r in funcs[:5]), sep="\n")

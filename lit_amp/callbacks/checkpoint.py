@@ -3,7 +3,7 @@
 What and when to save is a :class:`~lit_amp.callbacks.checkpoint_config.CheckpointConfig`
 (re-exported here, its import path of earlier releases).
 
-One checkpoint format (issue #19): each file is a Lightning checkpoint. Inside a
+One checkpoint format: each file is a Lightning checkpoint. Inside a
 ``Model.train`` / ``LitModel`` run the dict is the one Lightning's ``Trainer.save_checkpoint``
 would write (the Trainer's ``dump_checkpoint``, built on **every** rank, so that a strategy
 that gathers sharded state can do so), plus lit_amp's keys (``append_info``,

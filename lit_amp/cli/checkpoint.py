@@ -1,6 +1,6 @@
 """Checkpoints given to ``lit-amp`` by ``ckpt_path=``: strict loading and resumable training.
 
-There is one checkpoint format (issue #19): lit_amp's files (``ModelCheckpoint``,
+There is one checkpoint format: lit_amp's files (``ModelCheckpoint``,
 ``BackupAndRestore``, :func:`lit_amp.save_checkpoint`) are Lightning checkpoints
 (``{"state_dict", "optimizer_states", "loops", ...}`` plus ``append_info`` and the loss scale),
 so ``lit-amp`` reads them exactly as Lightning's own (``Trainer.save_checkpoint`` / Lightning's

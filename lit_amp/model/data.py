@@ -17,9 +17,6 @@ rank r every ``world``-th batch; an ``IterableDataset`` is refused unless wrappe
 :class:`PerRank` (it yields this rank's part) or :class:`SplitByRank` (split its batches).
 Evaluation drops the samples a ``DistributedSampler`` repeats to pad ranks
 (:func:`padding_trim`), so every sample is counted once.
-
-Size: over 500 lines - the sink stream, its lazy sinks and their per-rank placement share
-one iteration state; split, each piece would reach into the others.
 """
 
 from __future__ import annotations

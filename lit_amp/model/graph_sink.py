@@ -46,11 +46,6 @@ forward that branches on a host-side counter, or replaces tensors kept as plain 
 (not parameters or buffers) between sinks, must turn the graph off (``sink_graph=False``).
 ``LitModel.sink_graph_status`` is ``{"captured", "reason", "replayed_steps", "eager_steps",
 "captures"}`` for the latest ``train`` call.
-
-Size: one concern, the rules of capture. :func:`plan_sink_graph` (what the host can check)
-and :class:`SinkGraph` (warm-up, capture, replay and the checks only a run can make: random
-numbers, optimizer state made in the capture, a failed capture) share those rules and are
-re-run together whenever what a graph baked in changes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The checkpoint state of ``LitModel`` (issue #19: one checkpoint format).
+"""The checkpoint state of ``LitModel`` (one checkpoint format).
 
 :class:`CheckpointStateMixin` holds ``LitModel``'s checkpoint methods: ``checkpoint_state`` is
 Lightning's checkpoint dict (what ``Trainer.save_checkpoint`` writes, plus lit_amp's keys),
@@ -23,7 +23,7 @@ class CheckpointStateMixin:
     """``LitModel``'s checkpoint methods (mixed into the LightningModule before it)."""
 
     def checkpoint_state(self) -> dict:
-        """This module's checkpoint: Lightning's checkpoint dict (issue #19, one format).
+        """This module's checkpoint: Lightning's checkpoint dict (one format).
 
         While a Trainer fits this module, it is what ``Trainer.save_checkpoint`` writes (the
         Trainer's ``dump_checkpoint``: ``state_dict``, ``optimizer_states``, ``loops``,

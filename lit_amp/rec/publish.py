@@ -2,15 +2,27 @@
 
 Two kinds of files, on two cadences:
 
-- **published weights** (``publish_dir``): ``model-{step:012d}.pt`` holding
-  ``{"network": state_dict, "step", "records", "published_at", "format"}``, and ``LATEST``, a
-  one-line text file naming the newest one. Both are written with
-  :func:`lit_amp._io.atomic_write` (a hidden temp file renamed into place), so a reader never
-  sees a partial file: a server polls ``LATEST`` and
-  loads what it names (:func:`load_published`).
+- **published weights** (``publish_dir``), in one of two layouts; ``LATEST``, a one-line text
+  file, names the newest file, and every file is written with
+  :func:`lit_amp._io.atomic_write` (a hidden temp file renamed into place) before ``LATEST``
+  names it, so a reader never sees a partial file. A server polls :func:`load_published`.
+
+  - *full* (:func:`publish_weights`): ``model-{step:012d}.pt`` holding
+    ``{"network": state_dict, "step", "records", "published_at", "format"}``;
+  - *delta* (:class:`DeltaPublisher`): numbered versions. ``full-{version:012d}.pt`` holds
+    the whole ``state_dict``; ``delta-{version:012d}.pt`` only the rows (and the dense
+    tensors) changed since version ``version - 1`` (:class:`~lit_amp.rec.touched.TouchedRows`),
+    so its size follows the rows a stream touched, not the table size. Every file carries
+    its full snapshot's version and chain id and a CRC32 of its content; the reader replays
+    the deltas after the newest full snapshot in order and refuses a torn, missing or
+    out-of-order one (the version is then the full snapshot plus the deltas before it, and
+    a warning says which file was refused and why).
+
 - **checkpoints** (``ckpt_dir``): ``online-{step:012d}.ckpt`` (lit_amp checkpoint format)
   holding the network, the optimizer, the loss-scale state and, under ``"online"``, the
   stream cursor(s) and counters — one file, so they are restored together.
+
+Every file loads with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -19,16 +31,22 @@ import logging
 import os
 import re
 import time
+import uuid
+import zlib
 from typing import Any
 
 import torch
 
 from lit_amp._io import atomic_write
+from lit_amp._validation import check_int, check_number
+from lit_amp.rec.touched import TouchedRows
 from lit_amp.serialization import load_checkpoint
 
 __all__ = [
     "PUBLISH_FORMAT",
+    "DELTA_FORMAT",
     "publish_weights",
+    "DeltaPublisher",
     "load_published",
     "latest_published",
     "list_checkpoints",
@@ -40,8 +58,23 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PUBLISH_FORMAT = "lit_amp.rec/1"
+#: the format of the numbered full snapshots and deltas of :class:`DeltaPublisher`
+DELTA_FORMAT = "lit_amp.rec.delta/1"
 _PUBLISHED = re.compile(r"^model-(\d+)\.pt$")
+_VERSIONED = re.compile(r"^(full|delta)-(\d+)\.pt$")
 _CKPT = re.compile(r"^online-(\d+)\.ckpt$")
+#: the fields of a versioned file the checksum covers besides its tensors
+_HEADER = ("format", "kind", "version", "base", "full", "chain", "step", "records")
+
+
+def _cpu_state(network: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``network``'s state on the CPU (CPU tensors are not copied: the file is written before
+    the next training step changes them)."""
+    return {k: v.detach().cpu() for k, v in network.state_dict().items()}
+
+
+def _write_latest(directory: str, name: str) -> None:
+    atomic_write(os.path.join(directory, "LATEST"), lambda f: f.write((name + "\n").encode()))
 
 
 def publish_weights(
@@ -86,17 +119,227 @@ def publish_weights(
     name = f"model-{int(step):012d}.pt"
     path = os.path.join(directory, name)
     atomic_write(path, lambda f: torch.save(payload, f))
-    atomic_write(os.path.join(directory, "LATEST"), lambda f: f.write((name + "\n").encode()))
+    _write_latest(directory, name)
     published = sorted(n for n in os.listdir(directory) if _PUBLISHED.match(n))
     for old in published[: max(0, len(published) - keep)]:
         if old != name:
-            try:
-                os.remove(os.path.join(directory, old))
-            except OSError as exc:
-                log.warning("Could not remove the old published file %s: %s", old, exc)
+            _remove(os.path.join(directory, old))
     return path
 
 
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError as exc:
+        log.warning("Could not remove the old published file %s: %s", path, exc)
+
+
+# ---------------------------------------------------------------------------------- versions
+def _crc(crc: int, t: torch.Tensor) -> int:
+    t = t.detach().cpu().contiguous().reshape(-1)
+    crc = zlib.crc32(f"{t.dtype}:{t.numel()};".encode(), crc)
+    return zlib.crc32(t.view(torch.uint8).numpy(), crc)
+
+
+def _checksum(payload: dict) -> int:
+    """CRC32 over the header fields, every tensor and every row index of a versioned file."""
+    crc = zlib.crc32(repr([payload.get(k) for k in _HEADER]).encode())
+    rows = payload["rows"]
+    for key in sorted(payload["network"]):
+        crc = zlib.crc32(key.encode(), crc)
+        crc = _crc(crc, payload["network"][key])
+        if key in rows:
+            crc = _crc(crc, rows[key])
+    return crc
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _versions(directory: str) -> dict[int, str]:
+    """``{version: file name}`` of the versioned files in ``directory``."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for n in names:
+        m = _VERSIONED.match(n)
+        if m:
+            out[int(m.group(2))] = n
+    return out
+
+
+class DeltaPublisher:
+    """Publishes ``network`` as numbered versions: full snapshots and the deltas between them.
+
+    The first publish of a publisher is a full snapshot (a restart cannot know what changed
+    before it); then every publish writes a delta of the rows changed since the previous
+    version, except every ``full_every_n_publishes``-th publish and a delta that would be
+    larger than ``max_delta_fraction`` of a full snapshot, which are full snapshots. Versions
+    continue the numbers found in ``publish_dir``. After a full snapshot, the files older
+    than the newest ``keep_full_max`` full snapshots are deleted.
+
+    Rows are tracked from the gradients (:class:`~lit_amp.rec.touched.TouchedRows`): every
+    optimizer that steps ``network`` must be passed to :meth:`attach`.
+
+    Args:
+        network: the module to publish.
+        publish_dir: the folder (created if missing).
+        full_every_n_publishes: a full snapshot every this many publishes.
+        max_delta_fraction: a delta larger than this fraction of a full snapshot's bytes is
+            written as a full snapshot.
+        keep_full_max: full snapshots kept, each with its deltas (at least 2 keeps a reader
+            that is replaying the previous chain safe from the pruning).
+
+    Raises:
+        TypeError / ValueError: an argument of the wrong type or out of range.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> emb = torch.nn.Embedding(10_000, 8, sparse=True)
+        >>> opt = torch.optim.SparseAdam(emb.parameters())
+        >>> pub = DeltaPublisher(emb, d)
+        >>> pub.attach(opt)
+        >>> os.path.basename(pub.publish(step=1))
+        'full-000000000001.pt'
+        >>> emb(torch.tensor([5, 42])).sum().backward(); opt.step()
+        >>> os.path.basename(pub.publish(step=2)), pub.last_rows
+        ('delta-000000000002.pt', 2)
+        >>> load_published(d)["version"]
+        2
+    """
+
+    def __init__(
+        self,
+        network: torch.nn.Module,
+        publish_dir: str | os.PathLike,
+        *,
+        full_every_n_publishes: int = 50,
+        max_delta_fraction: float = 0.25,
+        keep_full_max: int = 2,
+    ) -> None:
+        owner = "DeltaPublisher"
+        self.full_every = check_int(owner, "full_every_n_publishes", full_every_n_publishes,
+                                    minimum=1)
+        self.max_fraction = check_number(owner, "max_delta_fraction", max_delta_fraction,
+                                         minimum=0.0, maximum=1.0)
+        self.keep_full = check_int(owner, "keep_full_max", keep_full_max, minimum=1)
+        self.network = network
+        self.directory = os.fspath(publish_dir)
+        self.touched = TouchedRows(network)
+        versions = _versions(self.directory)
+        self.version = max(versions, default=0)  # the newest version on disk
+        self.full_version: int | None = None  # this publisher's newest full snapshot
+        self.chain: str | None = None
+        self.deltas_since_full = 0
+        #: what the last publish wrote: "full" or "delta", its file size and changed rows
+        self.last_kind: str | None = None
+        self.last_bytes = 0
+        self.last_rows = 0
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        """Track the rows ``optimizer`` changes (see :class:`~lit_amp.rec.touched.TouchedRows`)."""
+        self.touched.attach(optimizer)
+
+    def detach(self) -> None:
+        """Unhook the optimizers."""
+        self.touched.detach()
+
+    def publish(self, step: int, *, records: int = 0, extra: dict[str, Any] | None = None) -> str:
+        """Write the next version (full or delta), then point ``LATEST`` at it.
+
+        Returns:
+            The path of the new file.
+
+        Raises:
+            OSError: the write failed; ``LATEST`` still names the previous version, and the
+                next publish covers the rows this one would have.
+            RuntimeError: a value to write is NaN / inf (nothing is written).
+        """
+        changes = self.touched.take()
+        try:
+            return self._publish(changes, step, records, extra)
+        except BaseException:
+            self.touched.mark(changes)
+            raise
+
+    def _publish(self, changes: dict, step: int, records: int, extra: dict | None) -> str:
+        state = _cpu_state(self.network)
+        version = self.version + 1
+        header = {"format": DELTA_FORMAT, "version": version, "step": int(step),
+                  "records": int(records)}
+        delta = None
+        if self.chain is not None and self.deltas_since_full + 1 < self.full_every:
+            delta = _delta_of(state, changes, self.touched.train_state)
+            full_bytes = sum(_nbytes(t) for t in state.values())
+            size = sum(_nbytes(t) for t in (*delta[0].values(), *delta[1].values()))
+            if size > self.max_fraction * full_bytes:
+                delta = None
+        if delta is None:
+            chain = uuid.uuid4().hex
+            payload = {**header, "kind": "full", "base": None, "full": version, "chain": chain,
+                       "network": state, "rows": {}}
+        else:
+            chain = self.chain
+            payload = {**header, "kind": "delta", "base": self.version,
+                       "full": self.full_version, "chain": chain,
+                       "network": delta[0], "rows": delta[1]}
+        payload.update({"published_at": time.time(), **(extra or {})})
+        _refuse_nonfinite(payload["network"], version)
+        payload["checksum"] = _checksum(payload)
+        name = f"{payload['kind']}-{version:012d}.pt"
+        path = os.path.join(self.directory, name)
+        atomic_write(path, lambda f: torch.save(payload, f))
+        _write_latest(self.directory, name)
+        self.version, self.chain = version, chain
+        self.last_kind, self.last_bytes = payload["kind"], os.path.getsize(path)
+        self.last_rows = sum(int(r.numel()) for r in payload["rows"].values())
+        if delta is None:
+            self.full_version, self.deltas_since_full = version, 0
+            self._prune()
+        else:
+            self.deltas_since_full += 1
+        return path
+
+    def _prune(self) -> None:
+        versions = _versions(self.directory)
+        fulls = sorted(v for v, n in versions.items() if n.startswith("full-"))
+        if len(fulls) <= self.keep_full:
+            return
+        oldest_kept = fulls[-self.keep_full]
+        for v, n in versions.items():
+            if v < oldest_kept:
+                _remove(os.path.join(self.directory, n))
+
+
+def _refuse_nonfinite(tensors: dict[str, torch.Tensor], version: int) -> None:
+    for key, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise RuntimeError(
+                f"DeltaPublisher: version {version} holds a non-finite value in {key!r}, so it "
+                "is not published (serving it would spread NaN); LATEST still names the "
+                "previous version. Look for a non-finite input or a diverging learning rate."
+            )
+
+
+def _delta_of(state: dict, changes: dict, train_state: set[str]) -> tuple[dict, dict]:
+    """``(values, rows)`` of a delta: the changed rows of row-tracked tensors, whole others."""
+    values, rows = {}, {}
+    for key, r in changes.items():
+        if key not in state or key in train_state:
+            continue
+        if r is None:
+            values[key] = state[key]
+        else:
+            rows[key] = r
+            values[key] = state[key].index_select(0, r)
+    return values, rows
+
+
+# ------------------------------------------------------------------------------------ reader
 def latest_published(publish_dir: str | os.PathLike) -> str | None:
     """The path ``LATEST`` names, or None when nothing was published yet.
 
@@ -114,21 +357,46 @@ def latest_published(publish_dir: str | os.PathLike) -> str | None:
     return os.path.join(directory, name) if name else None
 
 
+def _torch_load(path: str) -> Any:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle.UnpicklingError, a truncated zip, a missing file...
+        raise ValueError(
+            f"load_published: the published weights {path!r} cannot be read "
+            f"({type(exc).__name__}: {exc})."
+        ) from exc
+
+
 def load_published(
-    publish_dir: str | os.PathLike, network: torch.nn.Module | None = None
+    publish_dir: str | os.PathLike,
+    network: torch.nn.Module | None = None,
+    *,
+    since: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load the newest published weights (what ``LATEST`` names), optionally into ``network``.
 
+    For the delta layout (:class:`DeltaPublisher`) the newest readable full snapshot at or
+    before ``LATEST``'s version is loaded and the deltas after it are applied in order; a
+    delta that is torn (checksum), missing, out of order or of another chain is refused with
+    a warning, and the result is the version before it. With ``since`` (what an earlier call
+    returned) only the deltas after ``since``'s version are read and applied — to
+    ``network`` and to ``since``'s tensors, in place — when they continue its chain; a new
+    full snapshot is loaded whole.
+
     Args:
-        publish_dir: the folder :func:`publish_weights` writes.
+        publish_dir: the folder the publisher writes.
         network: a module to load the weights into, or None.
+        since: a dict this function returned before, to poll for newer versions cheaply.
 
     Returns:
-        The published dict (``"network"``, ``"step"``, ``"records"``, ``"published_at"``).
+        The published dict (``"network"``: the whole state, ``"step"``, ``"records"``,
+        ``"published_at"``; for the delta layout also ``"version"``, ``"full"`` (the full
+        snapshot's version), ``"chain"`` and ``"refused"`` (the refused file and why, or
+        None)). ``since`` itself when nothing newer was published.
 
     Raises:
-        ValueError: nothing was published in ``publish_dir``, or the file ``LATEST`` names
-            cannot be read (missing, truncated, not a published-weights file).
+        ValueError: nothing was published in ``publish_dir``, or no full snapshot (full
+            layout: the file ``LATEST`` names) can be read.
 
     Example:
         >>> import tempfile
@@ -143,18 +411,141 @@ def load_published(
         raise ValueError(
             f"load_published: no published weights in {os.fspath(publish_dir)!r} (no LATEST)."
         )
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle.UnpicklingError, a truncated zip, a missing file...
-        raise ValueError(
-            f"load_published: the published weights {path!r} cannot be read "
-            f"({type(exc).__name__}: {exc})."
-        ) from exc
+    m = _VERSIONED.match(os.path.basename(path))
+    if m is not None:
+        return _load_versioned(os.path.dirname(path), int(m.group(2)), network, since)
+    payload = _torch_load(path)
     if not isinstance(payload, dict) or "network" not in payload:
         raise ValueError(f"load_published: {path!r} does not hold published weights.")
     if network is not None:
         network.load_state_dict(payload["network"])
     return payload
+
+
+def _load_versioned(directory: str, head: int, network: Any, since: dict | None) -> dict:
+    versions = _versions(directory)
+    fulls = sorted((v for v, n in versions.items() if v <= head and n.startswith("full-")),
+                   reverse=True)
+    if since is not None and since.get("format") == DELTA_FORMAT and fulls and \
+            since.get("full") == fulls[0] and since.get("version", head + 1) <= head:
+        if since["version"] == head:
+            return since
+        return _replay(directory, versions, since, head, network)
+    errors = []
+    for full in fulls:
+        name = versions[full]
+        try:
+            payload = _read_versioned(directory, name, "full", full)
+        except ValueError as exc:
+            log.warning("load_published: the full snapshot %s is refused (%s); trying the "
+                        "previous one.", name, exc)
+            errors.append(f"{name}: {exc}")
+            continue
+        if network is not None:
+            network.load_state_dict(payload["network"])
+            payload["network"] = network.state_dict()  # the network's own tensors
+        payload["refused"] = None
+        return _replay(directory, versions, payload, head, network)
+    raise ValueError(
+        f"load_published: no readable full snapshot at or before version {head} in "
+        f"{directory!r} ({'; '.join(errors)[:2000] or 'none found'})."
+    )
+
+
+def _read_versioned(directory: str, name: str, kind: str, version: int) -> dict:
+    """A versioned file, checked: its format, kind, version and checksum."""
+    payload = _torch_load(os.path.join(directory, name))
+    if not isinstance(payload, dict) or payload.get("format") != DELTA_FORMAT or \
+            not isinstance(payload.get("network"), dict) or \
+            not isinstance(payload.get("rows"), dict):
+        raise ValueError(f"{name} is not a {DELTA_FORMAT} file")
+    if payload.get("kind") != kind or payload.get("version") != version:
+        raise ValueError(f"{name} holds {payload.get('kind')} version "
+                         f"{payload.get('version')}, not {kind} version {version}")
+    try:
+        crc = _checksum(payload)
+    except Exception as exc:  # a value of the wrong type in a crafted file
+        raise ValueError(f"{name} cannot be checked ({type(exc).__name__}: {exc})") from exc
+    if crc != payload.get("checksum"):
+        raise ValueError(f"{name} fails its checksum (torn or altered)")
+    return payload
+
+
+def _replay(directory: str, versions: dict, payload: dict, head: int, network: Any) -> dict:
+    """Apply the deltas after ``payload``'s version up to ``head`` in order; stop at the
+    first one that is missing, unreadable or does not continue the chain."""
+    loaders = _row_loaders(network)
+    while payload["version"] < head:
+        v = payload["version"] + 1
+        name = versions.get(v, f"delta-{v:012d}.pt")
+        try:
+            if v not in versions or not name.startswith("delta-"):
+                raise ValueError(f"{name} is missing")
+            delta = _read_versioned(directory, name, "delta", v)
+            _check_delta(delta, payload, name)
+        except ValueError as exc:
+            payload["refused"] = str(exc)
+            log.warning(
+                "load_published: delta version %d refused: %s; serving version %d (full "
+                "snapshot %d + %d deltas) instead of %d.",
+                v, exc, payload["version"], payload["full"],
+                payload["version"] - payload["full"], head,
+            )
+            return payload
+        with torch.no_grad():
+            for key, values in delta["network"].items():
+                rows = delta["rows"].get(key)
+                if key in loaders:
+                    module, local = loaders[key]
+                    module.load_rows(local, rows, values)
+                elif rows is None:
+                    payload["network"][key].copy_(values)
+                else:
+                    payload["network"][key].index_copy_(0, rows, values)
+        for k in ("version", "step", "records", "published_at"):
+            payload[k] = delta[k]
+    return payload
+
+
+def _check_delta(delta: dict, payload: dict, name: str) -> None:
+    """Refuse a delta that does not continue ``payload``'s chain or does not fit its tensors
+    (checked whole before any of it is applied: a delta is applied entirely or not at all)."""
+    if delta.get("chain") != payload["chain"] or delta.get("full") != payload["full"] or \
+            delta.get("base") != payload["version"]:
+        raise ValueError(
+            f"{name} does not continue version {payload['version']} of full snapshot "
+            f"{payload['full']} (it applies to version {delta.get('base')} of full snapshot "
+            f"{delta.get('full')}, chain {str(delta.get('chain'))[:8]})"
+        )
+    state = payload["network"]
+    for key, values in delta["network"].items():
+        target = state.get(key)
+        rows = delta["rows"].get(key)
+        if target is None or not torch.is_tensor(values) or values.dtype != target.dtype:
+            raise ValueError(f"{name}: {key!r} does not match the published state")
+        if rows is None:
+            ok = values.shape == target.shape
+        else:
+            ok = (torch.is_tensor(rows) and rows.dtype == torch.long and rows.dim() == 1
+                  and values.shape == (rows.numel(), *target.shape[1:])
+                  and (rows.numel() == 0 or (int(rows.min()) >= 0
+                                             and int(rows.max()) < target.shape[0])))
+        if not ok:
+            raise ValueError(f"{name}: the rows of {key!r} do not fit the published state")
+
+
+def _row_loaders(network: Any) -> dict[str, tuple[Any, str]]:
+    """``{state key: (module, local name)}`` for the tensors a module loads by rows itself
+    (``load_rows``: e.g. an id map that keeps a hash table beside its rows)."""
+    if network is None:
+        return {}
+    out = {}
+    for prefix, m in network.named_modules():
+        if callable(getattr(m, "load_rows", None)):
+            p = f"{prefix}." if prefix else ""
+            for local in m.row_state:
+                out[p + local] = (m, local)
+    return out
 
 
 def list_checkpoints(ckpt_dir: str | os.PathLike) -> list[str]:

@@ -181,9 +181,10 @@ class OnlineLoop(MindSporeCallbackBridge):
         self._bind_stream()
         self._t0 = time.monotonic()
         self.stop.start(self._t0)
-        for part in (self.checkpoints, self.publisher):
-            if part is not None:
-                part.start(self._start_step, self._t0)  # nothing new to save yet
+        if self.checkpoints is not None:
+            self.checkpoints.start(self._start_step, self._t0)  # nothing new to save yet
+        if self.publisher is not None:
+            self.publisher.start(self._start_step, self._t0, trainer.optimizers)
         self.begin_train()
         if self.stop.max_steps_reached(self._step()):
             self.summary.stop_reason = self._idle_stop = "max_steps"
@@ -380,6 +381,8 @@ class OnlineLoop(MindSporeCallbackBridge):
 
     def _finish(self) -> None:
         self.stop.finish()
+        if self.publisher is not None:
+            self.publisher.finish()
         if self._fill_hook is not None:
             self._fill_hook.remove()
             self._fill_hook = None

@@ -178,22 +178,39 @@ class PublishOptions:
     Every ``publish_every_n_steps`` steps and/or ``publish_every_n_seconds`` (also while the
     stream is idle), and at the end, the network's weights are written atomically as
     ``model-{step}.pt`` plus ``LATEST`` in ``publish_dir``; ``publish_hook(info)`` is then
-    called with ``{"path", "step", "records", "published_at", "cursor"}``.
+    called with ``{"path", "step", "records", "published_at", "cursor", "kind", "bytes"}``.
+
+    With ``delta=True`` a publish writes numbered versions instead
+    (:class:`~lit_amp.rec.publish.DeltaPublisher`): a full snapshot first, then deltas holding
+    only the embedding rows the optimizer changed since the previous version (and the dense
+    tensors), with a full snapshot every ``full_every_n_publishes`` publishes and whenever a
+    delta would exceed ``max_delta_fraction`` of a full one. Row deltas need sparse embedding
+    gradients and an optimizer that moves only their rows (``LazyAdam``, ``SparseAdam``,
+    ``Adagrad``, ``SGD`` without momentum); otherwise the table is written whole. The weights
+    must change only through the optimizer (a change made from a callback is not seen).
 
     Args:
         publish_dir: the folder (kept as an absolute path; created when needed).
         publish_every_n_steps: the step cadence, or None.
         publish_every_n_seconds: the time cadence (seconds or a ``timedelta``), or None.
-        keep_published_max: how many published files are kept.
+        keep_published_max: how many published files are kept (with ``delta``: full
+            snapshots, each with its deltas; at least 2 is advised).
         publish_hook: called after each publish, or None.
+        delta: publish deltas between periodic full snapshots.
+        full_every_n_publishes: with ``delta``, a full snapshot every this many publishes.
+        max_delta_fraction: with ``delta``, a larger delta (its bytes over a full snapshot's)
+            is written as a full snapshot.
 
     Raises:
         TypeError: a field of the wrong type.
-        ValueError: a cadence or ``keep_published_max`` not > 0 (or NaN).
+        ValueError: a cadence, ``keep_published_max`` or ``full_every_n_publishes`` not > 0
+            (or NaN); ``max_delta_fraction`` outside [0, 1].
 
     Example:
         >>> PublishOptions("serving", publish_every_n_seconds=30).publish_every_n_seconds
         30.0
+        >>> PublishOptions("serving", delta=True).full_every_n_publishes
+        50
     """
 
     publish_dir: str | os.PathLike
@@ -201,9 +218,16 @@ class PublishOptions:
     publish_every_n_seconds: float | datetime.timedelta | None = None
     keep_published_max: int = 3
     publish_hook: Callable[[dict], None] | None = None
+    delta: bool = False
+    full_every_n_publishes: int = 50
+    max_delta_fraction: float = 0.25
 
     def __post_init__(self) -> None:
         owner = "PublishOptions"
+        check_bool(owner, "delta", self.delta)
+        check_positive_int(owner, "full_every_n_publishes", self.full_every_n_publishes)
+        _set(self, "max_delta_fraction", check_number(
+            owner, "max_delta_fraction", self.max_delta_fraction, minimum=0.0, maximum=1.0))
         _set(self, "publish_dir", _dir(owner, "publish_dir", self.publish_dir))
         check_positive_int(owner, "publish_every_n_steps", self.publish_every_n_steps,
                            allow_none=True)

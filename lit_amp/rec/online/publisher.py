@@ -1,8 +1,10 @@
 """Publishing on ``online_train``'s cadence: :class:`Publisher` exports the network for serving.
 
-Rank 0 writes; the files and their reader are in :mod:`lit_amp.rec.publish`. At the start of
-a run, rank 0 removes the temp files a killed writer left in the folder. Non-finite weights
-are never published.
+Rank 0 writes, full snapshots (:func:`~lit_amp.rec.publish.publish_weights`) or, with
+``PublishOptions(delta=True)``, numbered deltas (:class:`~lit_amp.rec.publish.DeltaPublisher`,
+whose row tracking hooks the run's optimizers); the files and their reader are in
+:mod:`lit_amp.rec.publish`. At the start of a run, rank 0 removes the temp files a killed
+writer left in the folder. Non-finite weights are never published.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from lit_amp._io import remove_stale_temps
 from lit_amp.rec.online.guard import refuse_nonfinite
 from lit_amp.rec.online.options import OnlineSummary, PublishOptions
 from lit_amp.rec.online.ranks import Ranks
-from lit_amp.rec.publish import publish_weights
+from lit_amp.rec.publish import DeltaPublisher, publish_weights
 
 __all__ = ["Publisher"]
 
@@ -44,13 +46,28 @@ class Publisher:
         self.summary = summary
         self.last_step = -1
         self.last_time = 0.0
+        self.delta: DeltaPublisher | None = None  # rank 0 with ``delta``: the version writer
 
-    def start(self, step: int, t0: float) -> None:
-        """Mark ``step`` as published (nothing new yet); rank 0 removes stale temps."""
+    def start(self, step: int, t0: float, optimizers: Any = ()) -> None:
+        """Mark ``step`` as published (nothing new yet); rank 0 removes stale temps and, with
+        ``delta``, tracks the rows ``optimizers`` change from now on."""
         self.last_step = step
         self.last_time = t0
-        if self.ranks.rank == 0:
-            remove_stale_temps(os.fspath(self.opts.publish_dir))
+        if self.ranks.rank != 0:
+            return
+        o = self.opts
+        remove_stale_temps(os.fspath(o.publish_dir))
+        if o.delta:
+            self.delta = DeltaPublisher(
+                self.network, o.publish_dir, full_every_n_publishes=o.full_every_n_publishes,
+                max_delta_fraction=o.max_delta_fraction, keep_full_max=o.keep_published_max)
+            for opt in optimizers:
+                self.delta.attach(opt)
+
+    def finish(self) -> None:
+        """Unhook the optimizers."""
+        if self.delta is not None:
+            self.delta.detach()
 
     def time_due(self, now: float) -> bool:
         """Whether ``publish_every_n_seconds`` have passed since the last publish."""
@@ -68,28 +85,25 @@ class Publisher:
         Raises:
             RuntimeError: a weight is NaN / inf (non-finite weights are never published).
         """
-        refuse_nonfinite(self.network, f"the weights of step {step}")
+        if self.delta is None:  # a delta checks the values it writes (rank 0 only)
+            refuse_nonfinite(self.network, f"the weights of step {step}")
         self.last_step = step
         self.last_time = time.monotonic()
         if self.ranks.rank != 0:
             return
         o = self.opts
-        path = publish_weights(
-            self.network,
-            o.publish_dir,
-            step,
-            records=self.summary.total_records,
-            keep=o.keep_published_max,
-        )
+        records = self.summary.total_records
+        if self.delta is not None:
+            path = self.delta.publish(step, records=records)
+            kind = self.delta.last_kind
+        else:
+            path = publish_weights(self.network, o.publish_dir, step, records=records,
+                                   keep=o.keep_published_max)
+            kind = "full"
         self.summary.last_published = path
         log.debug("online_train: published %s", path)
         if o.publish_hook is not None:
-            o.publish_hook(
-                {
-                    "path": path,
-                    "step": step,
-                    "records": self.summary.total_records,
-                    "published_at": time.time(),
-                    "cursor": cursor,
-                }
-            )
+            o.publish_hook({
+                "path": path, "step": step, "records": records, "published_at": time.time(),
+                "cursor": cursor, "kind": kind, "bytes": os.path.getsize(path),
+            })

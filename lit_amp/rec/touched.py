@@ -1,0 +1,177 @@
+"""Which rows of a network's state changed since the last look: what a delta publish writes.
+
+:class:`TouchedRows` hooks the optimizers' ``step`` (``register_step_pre_hook``, so it sees
+the gradients after DDP's all-reduce and after the non-finite guard dropped a bad step's):
+
+- a parameter whose gradient is sparse, stepped by an optimizer that moves only the rows of
+  a sparse gradient (:class:`~lit_amp.rec.wide_deep.LazyAdam`, ``SparseAdam``, ``Adagrad``,
+  ``SGD`` without momentum), has those rows marked in a per-parameter bitmap (one byte per
+  row; marking costs O(rows in the gradient));
+- any other parameter with a gradient is marked whole (a dense gradient, or an optimizer whose
+  momentum moves rows the gradient does not name);
+- a parameter without a gradient did not change;
+- buffers are marked whole at every look (BatchNorm statistics change without gradients),
+  except the state of modules that say otherwise: a module with ``row_state`` (names of its
+  row-indexed tensors), ``train_state`` (names never published in a delta: training
+  statistics) and ``take_changed_rows()`` (rows it changed itself, e.g. a new id's row of
+  :class:`~lit_amp.rec.id_embedding.IdEmbedding`).
+
+Example:
+    >>> emb = torch.nn.Embedding(1000, 4, sparse=True)
+    >>> opt = torch.optim.SparseAdam(emb.parameters())
+    >>> touched = TouchedRows(emb)
+    >>> touched.attach(opt)
+    >>> touched.take()  # the first look: everything
+    {'weight': None}
+    >>> emb(torch.tensor([3, 7, 3])).sum().backward(); opt.step()
+    >>> touched.take()
+    {'weight': tensor([3, 7])}
+    >>> touched.take()
+    {}
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from lit_amp.rec.wide_deep import LazyAdam
+
+__all__ = ["TouchedRows"]
+
+log = logging.getLogger(__name__)
+
+#: optimizers that change only the rows present in a sparse gradient
+_ROW_LOCAL = (LazyAdam, torch.optim.SparseAdam, torch.optim.Adagrad)
+
+
+def _row_local(optimizer: Any, group: dict) -> bool:
+    """Whether ``optimizer`` moves only the rows of a sparse gradient in ``group``."""
+    if isinstance(optimizer, _ROW_LOCAL):
+        return True
+    return isinstance(optimizer, torch.optim.SGD) and not group.get("momentum") and \
+        not group.get("weight_decay")
+
+
+class TouchedRows:
+    """The rows of ``network.state_dict()`` changed since the last :meth:`take`.
+
+    Args:
+        network: the module whose state is tracked.
+
+    The first :meth:`take` reports everything (nothing was published before).
+    """
+
+    def __init__(self, network: torch.nn.Module) -> None:
+        self.network = network
+        state = network.state_dict(keep_vars=True)
+        self._keys_of: dict[int, list[str]] = {}  # id(parameter) -> its state_dict keys
+        params = {id(p) for p in network.parameters()}
+        for key, t in state.items():
+            if id(t) in params:
+                self._keys_of.setdefault(id(t), []).append(key)
+        self._buffers = [k for k, t in state.items() if id(t) not in params]
+        self._rows_of: dict[str, torch.Tensor] = {}  # key -> bool bitmap of changed rows
+        self._whole: set[str] = set(state)  # keys changed as a whole
+        self._modules: list[tuple[str, Any]] = []  # (prefix, module) declaring row_state
+        skip: set[str] = set()
+        for prefix, m in network.named_modules():
+            if callable(getattr(m, "take_changed_rows", None)):
+                p = f"{prefix}." if prefix else ""
+                self._modules.append((p, m))
+                skip.update(p + n for n in (*m.row_state, *m.train_state))
+        self._buffers = [k for k in self._buffers if k not in skip]
+        self._train_state = {p + n for p, m in self._modules for n in m.train_state}
+        self._handles: list[Any] = []
+        self._warned: set[str] = set()
+
+    @property
+    def train_state(self) -> set[str]:
+        """Keys never published in a delta (a module's training statistics)."""
+        return set(self._train_state)
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        """Track the parameters ``optimizer`` steps (every optimizer that changes the network
+        must be attached)."""
+        self._handles.append(optimizer.register_step_pre_hook(self._pre_step))
+
+    def detach(self) -> None:
+        """Unhook the optimizers."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def mark_all(self) -> None:
+        """Everything changed (the next :meth:`take` reports the whole state)."""
+        self._whole.update(self.network.state_dict(keep_vars=True))
+
+    def mark(self, changes: dict[str, torch.Tensor | None]) -> None:
+        """Mark ``changes`` (what :meth:`take` returned) again, e.g. after a failed write."""
+        for key, rows in changes.items():
+            if rows is None:
+                self._whole.add(key)
+            else:
+                self._mark_rows(key, rows)
+
+    def _mark_rows(self, key: str, rows: torch.Tensor, length: int | None = None) -> None:
+        bitmap = self._rows_of.get(key)
+        if bitmap is None:
+            if length is None:
+                length = self.network.state_dict(keep_vars=True)[key].shape[0]
+            bitmap = self._rows_of[key] = torch.zeros(length, dtype=torch.bool)
+        bitmap.index_fill_(0, rows.to("cpu", torch.long), True)
+
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        for group in optimizer.param_groups:
+            row_local = None
+            for p in group["params"]:
+                g = p.grad
+                keys = self._keys_of.get(id(p))
+                if g is None or not keys:
+                    continue
+                if g.is_sparse:
+                    row_local = _row_local(optimizer, group) if row_local is None else row_local
+                if g.is_sparse and row_local and g.sparse_dim() == 1:
+                    rows = g._indices()[0]  # uncoalesced is fine: a row marked twice is one row
+                    for key in keys:
+                        self._mark_rows(key, rows, p.shape[0])
+                else:
+                    if g.is_sparse:
+                        self._warn_whole(keys[0], optimizer)
+                    self._whole.update(keys)
+
+    def _warn_whole(self, key: str, optimizer: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(
+                "delta publishing: %s may move rows of %r that its sparse gradient does not "
+                "name (momentum or weight decay), so every delta holds the whole tensor; use "
+                "LazyAdam, SparseAdam, Adagrad or SGD without momentum for row deltas.",
+                type(optimizer).__name__, key,
+            )
+
+    def take(self) -> dict[str, torch.Tensor | None]:
+        """The changes since the last call, then forget them.
+
+        Returns:
+            ``{state_dict key: sorted changed rows (int64)}``, or ``None`` for a key changed
+            as a whole; unchanged keys are absent. Buffers are always reported whole, training
+            statistics (:attr:`train_state`) never (but when everything is marked).
+        """
+        for prefix, m in self._modules:
+            rows = m.take_changed_rows()
+            if rows.numel():
+                for name in m.row_state:
+                    self._mark_rows(prefix + name, rows)
+        out: dict[str, torch.Tensor | None] = {}
+        for key, bitmap in self._rows_of.items():
+            rows = bitmap.nonzero().squeeze(1)
+            if rows.numel():
+                out[key] = rows
+                bitmap.zero_()
+        for key in (*self._whole, *self._buffers):
+            out[key] = None
+        self._whole = set()
+        return out

@@ -1,0 +1,274 @@
+"""Delta publishing: numbered full snapshots and row deltas, and the reader that replays them.
+
+What a server sees: the same weights as the trainer at every version it loads, a file size that
+follows the rows a step touched (not the table size), and a torn / missing / foreign delta
+refused with the version before it served instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+
+import pytest
+import torch
+
+from lit_amp.rec import LazyAdam, PublishOptions, StopOptions, WideDeep
+from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published
+from lit_amp.rec.sources import SyntheticClickSource
+from tests.rec._helpers import make_model
+
+ROW_BYTES = 8 * 4 + 8  # an fp32 row of width 8 plus its int64 index
+
+
+def _table(rows: int = 200_000, seed: int = 0):
+    torch.manual_seed(seed)
+    emb = torch.nn.Embedding(rows, 8, sparse=True)
+    return emb, torch.optim.SparseAdam(emb.parameters(), lr=0.1)
+
+
+def _touch(emb, opt, ids) -> None:
+    opt.zero_grad()
+    emb(torch.as_tensor(ids)).pow(2).sum().backward()
+    opt.step()
+
+
+def _publisher(emb, opt, d, **kw) -> DeltaPublisher:
+    pub = DeltaPublisher(emb, d, **kw)
+    pub.attach(opt)
+    return pub
+
+
+def _same(state: dict, net: torch.nn.Module) -> bool:
+    mine = net.state_dict()
+    return state.keys() == mine.keys() and all(torch.equal(state[k], mine[k]) for k in mine)
+
+
+def test_delta_bytes_follow_the_touched_rows_not_the_table(tmp_path):
+    emb, opt = _table()
+    pub = _publisher(emb, opt, tmp_path)
+    full = os.path.getsize(pub.publish(step=1))
+    assert full > 200_000 * 8 * 4  # the whole table
+    sizes = {}
+    for k in (10, 100, 1000):
+        _touch(emb, opt, torch.randperm(200_000)[:k])
+        path = pub.publish(step=k)
+        assert pub.last_kind == "delta" and pub.last_rows == k
+        sizes[k] = os.path.getsize(path)
+    for k, size in sizes.items():
+        assert size <= k * ROW_BYTES + 8_000  # k rows plus a fixed header
+    assert sizes[1000] - sizes[100] == pytest.approx(900 * ROW_BYTES, rel=0.05)
+    assert sizes[1000] < 0.01 * full
+    assert _same(load_published(tmp_path)["network"], emb)
+
+
+def test_the_reader_sees_the_trainers_weights_at_every_version(tmp_path):
+    torch.manual_seed(0)
+    net = WideDeep(vocab_size=500, embed_dim=4, hidden=(8,), sparse=True)
+    opt = LazyAdam(net.parameters(), lr=0.05)
+    pub = _publisher(net, opt, tmp_path, full_every_n_publishes=4)
+    src = iter(SyntheticClickSource(batch_size=16, seed=1))
+    kinds = []
+    for step in range(1, 10):
+        features, label = next(src)
+        opt.zero_grad()
+        torch.nn.functional.binary_cross_entropy_with_logits(net(features), label).backward()
+        opt.step()
+        pub.publish(step)
+        kinds.append(pub.last_kind)
+        served = WideDeep(vocab_size=500, embed_dim=4, hidden=(8,))
+        payload = load_published(tmp_path, served)
+        assert payload["version"] == step and payload["refused"] is None
+        assert _same(served.state_dict(), net)
+    assert kinds == ["full", "delta", "delta", "delta", "full", "delta", "delta", "delta", "full"]
+
+
+def _chain(tmp_path, n: int = 5):
+    """A full snapshot and n - 1 deltas; the table's state at every version."""
+    emb, opt = _table(rows=1000)
+    pub = _publisher(emb, opt, tmp_path)
+    states = {}
+    for v in range(1, n + 1):
+        if v > 1:
+            _touch(emb, opt, [v, 10 * v])
+        pub.publish(step=v)
+        states[v] = emb.weight.detach().clone()
+    return emb, opt, pub, states
+
+
+def test_a_torn_delta_is_refused_and_the_valid_prefix_served(tmp_path, caplog):
+    _, _, _, states = _chain(tmp_path)
+    path = tmp_path / "delta-000000000004.pt"
+    raw = bytearray(path.read_bytes())
+    at = raw.find(states[4][4].numpy().tobytes())  # row 4's values, as the delta stores them
+    assert at > 0
+    raw[at + 5] ^= 0xFF  # one flipped bit pattern: the zip still opens, the checksum fails
+    path.write_bytes(bytes(raw))
+    with caplog.at_level(logging.WARNING, logger="lit_amp.rec.publish"):
+        payload = load_published(tmp_path)
+    assert payload["version"] == 3 and torch.equal(payload["network"]["weight"], states[3])
+    assert "delta version 4 refused" in caplog.text and "serving version 3" in caplog.text
+    assert "delta-000000000004.pt" in payload["refused"]
+
+
+def test_a_truncated_or_missing_delta_is_refused(tmp_path, caplog):
+    _, _, _, states = _chain(tmp_path)
+    path = tmp_path / "delta-000000000003.pt"
+    path.write_bytes(path.read_bytes()[:100])
+    with caplog.at_level(logging.WARNING, logger="lit_amp.rec.publish"):
+        assert load_published(tmp_path)["version"] == 2
+    assert "cannot be read" in caplog.text
+    path.unlink()
+    payload = load_published(tmp_path)
+    assert payload["version"] == 2 and "missing" in payload["refused"]
+    assert torch.equal(payload["network"]["weight"], states[2])
+
+
+def test_a_delta_of_another_chain_is_refused(tmp_path):
+    _chain(tmp_path / "a")
+    _chain(tmp_path / "b")
+    os.replace(tmp_path / "b" / "delta-000000000003.pt", tmp_path / "a" / "delta-000000000003.pt")
+    payload = load_published(tmp_path / "a")
+    assert payload["version"] == 2 and "does not continue" in payload["refused"]
+
+
+def test_a_torn_full_snapshot_falls_back_to_the_previous_chain(tmp_path, caplog):
+    emb, opt = _table(rows=1000)
+    pub = _publisher(emb, opt, tmp_path, full_every_n_publishes=3)
+    states = {}
+    for v in range(1, 6):  # full 1, deltas 2-3, full 4, delta 5
+        _touch(emb, opt, [v])
+        pub.publish(step=v)
+        states[v] = emb.weight.detach().clone()
+    (tmp_path / "full-000000000004.pt").write_bytes(b"torn")
+    with caplog.at_level(logging.WARNING, logger="lit_amp.rec.publish"):
+        payload = load_published(tmp_path)
+    assert payload["version"] == 3 and torch.equal(payload["network"]["weight"], states[3])
+    assert "full snapshot full-000000000004.pt is refused" in caplog.text
+    for name in ("full-000000000001.pt", "full-000000000004.pt"):
+        (tmp_path / name).write_bytes(b"torn")
+    with pytest.raises(ValueError, match="no readable full snapshot"):
+        load_published(tmp_path)
+
+
+def test_polling_applies_only_the_new_deltas_in_place(tmp_path, monkeypatch):
+    emb, opt = _table(rows=1000)
+    pub = _publisher(emb, opt, tmp_path)
+    pub.publish(step=1)
+    served = torch.nn.Embedding(1000, 8)
+    payload = load_published(tmp_path, served)
+    assert load_published(tmp_path, served, since=payload) is payload  # nothing new
+    _touch(emb, opt, [1, 2])
+    pub.publish(step=2)
+    _touch(emb, opt, [3])
+    pub.publish(step=3)
+    loaded = []
+    real_load = torch.load
+    monkeypatch.setattr("lit_amp.rec.publish.torch.load",
+                        lambda p, **kw: loaded.append(os.path.basename(p)) or real_load(p, **kw))
+    payload = load_published(tmp_path, served, since=payload)
+    assert loaded == ["delta-000000000002.pt", "delta-000000000003.pt"]
+    assert payload["version"] == 3 and torch.equal(served.weight, emb.weight)
+
+
+def test_a_failed_write_keeps_latest_and_the_next_delta_covers_its_rows(tmp_path, monkeypatch):
+    emb, opt, pub, _ = _chain(tmp_path, n=2)
+    _touch(emb, opt, [500, 501])
+
+    def broken_save(obj, f, *a, **k):
+        f.write(b"partial bytes")
+        raise OSError("disk full")
+
+    real_save = torch.save
+    monkeypatch.setattr("lit_amp.rec.publish.torch.save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        pub.publish(step=3)
+    monkeypatch.setattr("lit_amp.rec.publish.torch.save", real_save)
+    assert os.path.basename(latest_published(tmp_path)) == "delta-000000000002.pt"
+    _touch(emb, opt, [7])
+    pub.publish(step=4)
+    assert pub.last_rows == 3  # rows 500, 501 of the failed publish and row 7
+    assert _same(load_published(tmp_path)["network"], emb)
+
+
+def test_a_big_delta_becomes_a_full_snapshot_and_old_chains_are_pruned(tmp_path):
+    emb, opt = _table(rows=1000)
+    pub = _publisher(emb, opt, tmp_path, max_delta_fraction=0.1, keep_full_max=2)
+    pub.publish(step=1)
+    _touch(emb, opt, torch.arange(50))
+    pub.publish(step=2)
+    _touch(emb, opt, torch.arange(200))  # 20 % of the table
+    pub.publish(step=3)
+    assert pub.last_kind == "full"
+    _touch(emb, opt, torch.arange(300))
+    pub.publish(step=4)
+    assert sorted(os.listdir(tmp_path)) == ["LATEST", "full-000000000003.pt",
+                                            "full-000000000004.pt"]
+
+
+def test_a_dense_optimizer_publishes_the_table_whole(tmp_path, caplog):
+    emb = torch.nn.Embedding(100, 4, sparse=True)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1, momentum=0.9)  # moves rows not in the grad
+    pub = _publisher(emb, opt, tmp_path, max_delta_fraction=1.0)
+    pub.publish(step=1)
+    with caplog.at_level(logging.WARNING, logger="lit_amp.rec.touched"):
+        _touch(emb, opt, [0])
+        _touch(emb, opt, [1])  # momentum moves row 0 again
+    pub.publish(step=2)
+    assert pub.last_kind == "delta" and pub.last_rows == 0  # the table whole, not by rows
+    assert "momentum" in caplog.text
+    assert _same(load_published(tmp_path)["network"], emb)
+
+
+def test_a_restarted_publisher_continues_the_versions_with_a_full_snapshot(tmp_path):
+    emb, opt, _, _ = _chain(tmp_path, n=3)
+    pub = _publisher(emb, opt, tmp_path)
+    assert os.path.basename(pub.publish(step=3)) == "full-000000000004.pt"
+
+
+def test_non_finite_rows_are_never_published(tmp_path):
+    emb, opt, pub, states = _chain(tmp_path, n=2)
+    emb.weight.grad = None
+    opt.zero_grad()
+    emb(torch.tensor([9])).sum().mul(float("nan")).backward()
+    opt.step()
+    with pytest.raises(RuntimeError, match="non-finite value in 'weight'"):
+        pub.publish(step=3)
+    assert load_published(tmp_path)["version"] == 2
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/lit_amp_pwned_delta",))
+
+
+def test_a_pickled_gadget_in_a_delta_is_refused_without_running(tmp_path):
+    _chain(tmp_path, n=2)
+    with open(tmp_path / "delta-000000000002.pt", "wb") as f:
+        pickle.dump({"network": _Evil()}, f)
+    payload = load_published(tmp_path)
+    assert payload["version"] == 1 and "cannot be read" in payload["refused"]
+    assert not os.path.exists("/tmp/lit_amp_pwned_delta")
+
+
+def test_online_train_publishes_deltas_that_replay_to_the_trained_weights(tmp_path):
+    torch.manual_seed(0)
+    net = WideDeep(vocab_size=2000, embed_dim=4, hidden=(8,), sparse=True)
+    infos: list[dict] = []
+    model = make_model()
+    model = type(model)(net, torch.nn.BCEWithLogitsLoss(), LazyAdam(net.parameters(), lr=0.01))
+    s = model.online_train(
+        SyntheticClickSource(batch_size=8, num_records=64),
+        stop=StopOptions(max_steps=8),
+        publish=PublishOptions(tmp_path, publish_every_n_steps=2, delta=True,
+                               publish_hook=infos.append),
+    )
+    assert [(i["step"], i["kind"]) for i in infos] == [
+        (2, "full"), (4, "delta"), (6, "delta"), (8, "delta")]
+    assert max(i["bytes"] for i in infos[1:]) < 0.1 * infos[0]["bytes"]
+    assert s.last_published == latest_published(tmp_path)
+    served = WideDeep(vocab_size=2000, embed_dim=4, hidden=(8,))
+    payload = load_published(tmp_path, served)
+    assert payload["version"] == 4 and payload["step"] == 8 and payload["records"] == 64
+    assert _same(served.state_dict(), model.lit_model.network)
