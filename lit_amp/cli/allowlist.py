@@ -70,6 +70,7 @@ DENIED_TARGETS: tuple[str, ...] = (
     "shutil.*", "sys.*", "runpy.*", "code.*", "codeop.*", "timeit.*", "pdb.*", "ctypes.*",
     "multiprocessing.*", "webbrowser.*", "operator.*", "functools.*", "hydra.utils.*",
     "lightning.pytorch.cli.*", "lightning.fabric.utilities.cloud_io.*", "lit_amp.cli.main",
+    "lit_amp.cli.app.main",
 )
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")

@@ -87,7 +87,7 @@ def hint(key: str, candidates: Sequence[str]) -> str:
 
 def _groups() -> list[str]:
     """The config groups of ``conf/`` (``amp``, ``hydra/launcher``, ...)."""
-    from lit_amp.cli import CONF_DIR
+    from lit_amp.cli.app import CONF_DIR
 
     out = []
     for path in sorted(CONF_DIR.rglob("*")):

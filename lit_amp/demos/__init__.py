@@ -1,11 +1,7 @@
 """Demo networks and data for MNIST-1D: what the examples, configs, tests and benchmarks train.
 
 Not part of the training API: only ``lit_amp.cli``, tests, examples and benchmarks import it.
-
-- :mod:`lit_amp.demos.nets` — :class:`MLP`, :class:`CNN1D`, :class:`ResNet1D`
-  (+ :class:`BasicBlock1D`).
-- :mod:`lit_amp.demos.data` — :func:`synthetic_loaders`, :func:`mnist1d_loaders`,
-  :func:`mnist1d_arrays` (offline, seeded).
+Names are imported lazily (PEP 562).
 
 Example:
     >>> from lit_amp.demos import CNN1D, synthetic_loaders
@@ -15,15 +11,21 @@ Example:
     torch.Size([8, 10])
 """
 
-from lit_amp.demos.data import mnist1d_arrays, mnist1d_loaders, synthetic_loaders
-from lit_amp.demos.nets import CNN1D, MLP, BasicBlock1D, ResNet1D
+from __future__ import annotations
 
-__all__ = [
-    "MLP",
-    "CNN1D",
-    "BasicBlock1D",
-    "ResNet1D",
-    "synthetic_loaders",
-    "mnist1d_arrays",
-    "mnist1d_loaders",
-]
+from lit_amp._lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "MLP": "lit_amp.demos.nets",
+    "CNN1D": "lit_amp.demos.nets",
+    "BasicBlock1D": "lit_amp.demos.nets",
+    "ResNet1D": "lit_amp.demos.nets",
+    "synthetic_loaders": "lit_amp.demos.data",
+    "mnist1d_arrays": "lit_amp.demos.data",
+    "mnist1d_loaders": "lit_amp.demos.data",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

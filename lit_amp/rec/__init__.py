@@ -1,5 +1,7 @@
 """Recommendation: ``RecModel.online_train`` on unbounded streams, sources, Wide&Deep.
 
+Names are imported lazily (PEP 562).
+
 Example:
     >>> import torch
     >>> from lit_amp.rec import RecModel, StopOptions, WideDeep
@@ -11,30 +13,27 @@ Example:
     3
 """
 
-from lit_amp.rec.metrics import SlidingWindowAUC, binned_auc
-from lit_amp.rec.online import (
-    CheckpointOptions,
-    OnlineSummary,
-    PublishOptions,
-    StopOptions,
-    ValidationOptions,
-)
-from lit_amp.rec.publish import latest_checkpoint, load_published, publish_weights
-from lit_amp.rec.rec_model import RecModel
-from lit_amp.rec.wide_deep import LazyAdam, WideDeep
+from __future__ import annotations
 
-__all__ = [
-    "RecModel",
-    "OnlineSummary",
-    "StopOptions",
-    "CheckpointOptions",
-    "PublishOptions",
-    "ValidationOptions",
-    "WideDeep",
-    "LazyAdam",
-    "SlidingWindowAUC",
-    "binned_auc",
-    "load_published",
-    "publish_weights",
-    "latest_checkpoint",
-]
+from lit_amp._lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "RecModel": "lit_amp.rec.rec_model",
+    "OnlineSummary": "lit_amp.rec.online.options",
+    "StopOptions": "lit_amp.rec.online.options",
+    "CheckpointOptions": "lit_amp.rec.online.options",
+    "PublishOptions": "lit_amp.rec.online.options",
+    "ValidationOptions": "lit_amp.rec.online.options",
+    "WideDeep": "lit_amp.rec.wide_deep",
+    "LazyAdam": "lit_amp.rec.wide_deep",
+    "SlidingWindowAUC": "lit_amp.rec.metrics",
+    "binned_auc": "lit_amp.rec.metrics",
+    "load_published": "lit_amp.rec.publish",
+    "publish_weights": "lit_amp.rec.publish",
+    "latest_checkpoint": "lit_amp.rec.publish",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -13,37 +13,31 @@ follows its update cell:
   ``all_finite``: MindSpore's functional ``amp.*LossScaler`` API for hand-written loops.
 
 Example:
+    >>> from lit_amp.amp.loss_scale import DynamicLossScaleManager, LossScaleController
     >>> ctl = LossScaleController(DynamicLossScaleManager(init_loss_scale=2.0**8))
     >>> ctl.enabled, ctl.scale
     (True, 256.0)
 """
 
-from lit_amp.amp.loss_scale.controller import LossScaleController
-from lit_amp.amp.loss_scale.managers import (
-    DynamicLossScaleManager,
-    DynamicLossScaleUpdateCell,
-    FixedLossScaleManager,
-    FixedLossScaleUpdateCell,
-    LossScaleManager,
-)
-from lit_amp.amp.loss_scale.scalers import (
-    DynamicLossScaler,
-    LossScaler,
-    StaticLossScaler,
-    all_finite,
-    init_status,
-)
+from __future__ import annotations
 
-__all__ = [
-    "LossScaleController",
-    "LossScaleManager",
-    "FixedLossScaleManager",
-    "DynamicLossScaleManager",
-    "FixedLossScaleUpdateCell",
-    "DynamicLossScaleUpdateCell",
-    "LossScaler",
-    "StaticLossScaler",
-    "DynamicLossScaler",
-    "all_finite",
-    "init_status",
-]
+from lit_amp._lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "LossScaleController": "lit_amp.amp.loss_scale.controller",
+    "LossScaleManager": "lit_amp.amp.loss_scale.managers",
+    "FixedLossScaleManager": "lit_amp.amp.loss_scale.managers",
+    "DynamicLossScaleManager": "lit_amp.amp.loss_scale.managers",
+    "FixedLossScaleUpdateCell": "lit_amp.amp.loss_scale.managers",
+    "DynamicLossScaleUpdateCell": "lit_amp.amp.loss_scale.managers",
+    "LossScaler": "lit_amp.amp.loss_scale.scalers",
+    "StaticLossScaler": "lit_amp.amp.loss_scale.scalers",
+    "DynamicLossScaler": "lit_amp.amp.loss_scale.scalers",
+    "all_finite": "lit_amp.amp.loss_scale.scalers",
+    "init_status": "lit_amp.amp.loss_scale.scalers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -15,24 +15,25 @@ module             holds
 =================  ===========================================================================
 
 Example:
+    >>> from lit_amp.rec.online import ValidationOptions
     >>> ValidationOptions(valid_every_n_steps=100, valid_window=2).valid_window
     2
 """
 
-from lit_amp.rec.online.loop import OnlineLoop
-from lit_amp.rec.online.options import (
-    CheckpointOptions,
-    OnlineSummary,
-    PublishOptions,
-    StopOptions,
-    ValidationOptions,
-)
+from __future__ import annotations
 
-__all__ = [
-    "OnlineLoop",
-    "OnlineSummary",
-    "StopOptions",
-    "CheckpointOptions",
-    "PublishOptions",
-    "ValidationOptions",
-]
+from lit_amp._lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "OnlineLoop": "lit_amp.rec.online.loop",
+    "OnlineSummary": "lit_amp.rec.online.options",
+    "StopOptions": "lit_amp.rec.online.options",
+    "CheckpointOptions": "lit_amp.rec.online.options",
+    "PublishOptions": "lit_amp.rec.online.options",
+    "ValidationOptions": "lit_amp.rec.online.options",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -16,24 +16,26 @@ Example:
     (torch.Size([8, 13]), torch.Size([8, 26]), torch.Size([8]))
 """
 
-from lit_amp.rec.sources.base import DeadLetterFile, StreamSource, resolve_shard
-from lit_amp.rec.sources.directory import DirectorySource, shard_of, write_shard
-from lit_amp.rec.sources.kafka_source import KafkaSource, TopicPartition, kafka_consumer_factory
-from lit_amp.rec.sources.schema import ClickSchema
-from lit_amp.rec.sources.socket_source import SocketSource
-from lit_amp.rec.sources.synthetic import SyntheticClickSource
+from __future__ import annotations
 
-__all__ = [
-    "StreamSource",
-    "DeadLetterFile",
-    "resolve_shard",
-    "ClickSchema",
-    "DirectorySource",
-    "write_shard",
-    "shard_of",
-    "SocketSource",
-    "SyntheticClickSource",
-    "KafkaSource",
-    "TopicPartition",
-    "kafka_consumer_factory",
-]
+from lit_amp._lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "StreamSource": "lit_amp.rec.sources.base",
+    "DeadLetterFile": "lit_amp.rec.sources.base",
+    "resolve_shard": "lit_amp.rec.sources.base",
+    "ClickSchema": "lit_amp.rec.sources.schema",
+    "DirectorySource": "lit_amp.rec.sources.directory",
+    "write_shard": "lit_amp.rec.sources.directory",
+    "shard_of": "lit_amp.rec.sources.directory",
+    "SocketSource": "lit_amp.rec.sources.socket_source",
+    "SyntheticClickSource": "lit_amp.rec.sources.synthetic",
+    "KafkaSource": "lit_amp.rec.sources.kafka_source",
+    "TopicPartition": "lit_amp.rec.sources.kafka_source",
+    "kafka_consumer_factory": "lit_amp.rec.sources.kafka_source",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
