@@ -31,31 +31,30 @@ process and under DDP.
 * Other random state (DataLoader workers' own generators beyond their torch seed, a custom
   iterable's private RNG) is not saved.
 
-Size: the callback and the loader, sampler and skip wrapper that resume a run mid-epoch
-share one backup format and its random-state rules; ~590 lines with their docstrings.
+The random state and the loaders of a resumed run live in :mod:`lit_amp.callbacks._resume`.
 """
 from __future__ import annotations
 
 import logging
 import os
-import random
 import stat
-from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data import (
-    BatchSampler,
-    DataLoader,
-    DistributedSampler,
-    RandomSampler,
-    SequentialSampler,
-)
 
 from lit_amp._io import remove_stale_temps
-from lit_amp._runtime import dist_ready
+from lit_amp._runtime import world_size
 from lit_amp._validation import check_bool, check_int
+from lit_amp.callbacks._resume import (
+    Resume,
+    SkipFirstBatches,
+    gather,
+    loader_generators,
+    plain_loader,
+    rebuild_loader,
+    rng_state,
+    set_rng_state,
+)
 from lit_amp.callbacks._utils import is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
 from lit_amp.serialization import checkpoint_payload, load_checkpoint, write_checkpoint
@@ -63,240 +62,6 @@ from lit_amp.serialization import checkpoint_payload, load_checkpoint, write_che
 __all__ = ["BackupAndRestore"]
 
 log = logging.getLogger(__name__)
-
-
-def _generators(dataset: Any) -> list[torch.Generator]:
-    """The torch generators a DataLoader draws its order and seeds from (each once)."""
-    found: list[torch.Generator] = []
-    if not isinstance(dataset, torch.utils.data.DataLoader):
-        return found
-    batch_sampler = getattr(dataset, "batch_sampler", None)
-    for owner in (dataset, getattr(dataset, "sampler", None),
-                  getattr(batch_sampler, "sampler", None)):
-        g = getattr(owner, "generator", None)
-        if isinstance(g, torch.Generator) and all(g is not f for f in found):
-            found.append(g)
-    return found
-
-
-def _world() -> tuple[int, int]:
-    """``(rank, world_size)`` of an initialized torch.distributed, else ``(0, 1)``."""
-    dist = torch.distributed
-    if dist_ready():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _gather(obj: Any) -> list[Any]:
-    """``obj`` of every rank, indexed by rank (``[obj]`` in one process)."""
-    rank, world = _world()
-    if world == 1:
-        return [obj]
-    out: list[Any] = [None] * world
-    torch.distributed.all_gather_object(out, obj)
-    return out
-
-
-def _rng_state(generators: list[torch.Generator]) -> dict:
-    """The global random state (torch, CUDA, numpy, ``random``) and ``generators``' states."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()  # type: ignore[misc]
-    version, internal, gauss_next = random.getstate()
-    state = {"torch": torch.get_rng_state(), "loader": [g.get_state() for g in generators],
-             # plain values and tensors only: loadable with torch.load(weights_only=True)
-             "numpy": [str(kind), torch.from_numpy(np.array(keys, dtype=np.int64)), int(pos),
-                       int(has_gauss), float(gauss)],
-             "python": [int(version), torch.tensor(internal, dtype=torch.int64), gauss_next]}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_global_rng(state: dict) -> None:
-    """Put back the global generators of a :func:`_rng_state` (those it holds)."""
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if state.get("numpy") is not None:
-        kind, keys, pos, has_gauss, gauss = state["numpy"]
-        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    if state.get("python") is not None:
-        version, internal, gauss_next = state["python"]
-        random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss_next))
-
-
-def _set_rng_state(state: dict, generators: list[torch.Generator]) -> None:
-    loader = list(state.get("loader") or [])
-    if len(loader) != len(generators):
-        raise RuntimeError(
-            f"BackupAndRestore: the backup holds the state of {len(loader)} DataLoader "
-            f"generator(s) but the train dataset has {len(generators)}; resume with the same "
-            "train dataset (same shuffle / generator settings) the backup was made with."
-        )
-    _set_global_rng(state)
-    for g, st in zip(generators, loader):
-        g.set_state(st)
-
-
-class _Resume:
-    """What the resumed run's first epoch takes from the backup, each piece once.
-
-    Args:
-        skip: batches of the interrupted epoch already trained (per rank).
-        start: the random state that epoch started from, per rank (index = rank).
-        now: the global random state at the stop, per rank.
-    """
-
-    def __init__(self, skip: int = 0, start: list | None = None, now: list | None = None
-                 ) -> None:
-        self.skip, self.start, self.now = skip, start, now
-
-    @staticmethod
-    def _mine(states: list | None) -> dict | None:
-        rank, _ = _world()
-        state = states[rank] if states and rank < len(states) else None
-        return state if isinstance(state, dict) else None
-
-    def take_start(self) -> dict | None:
-        """This rank's start state (once)."""
-        state, self.start = self._mine(self.start), None
-        return state
-
-    def skipped(self, it: Iterator, per_batch: int, total: int | None = None) -> Iterator:
-        """``it`` without its first ``skip * per_batch`` items (the first time only); then
-        the global random state at the stop, right before the next batch is read.
-
-        With ``total`` (the items ``it`` holds) it stops after the last one without asking
-        for one more: exhausting a ``RandomSampler`` draws from its generator once more.
-        """
-        skip, self.skip = self.skip * per_batch, 0
-        now, self.now = self._mine(self.now), None
-        if not skip and now is None:
-            yield from it
-            return
-        for _ in range(skip):
-            if next(it, _END) is _END:
-                return
-        if now is not None:
-            _set_global_rng(now)
-        if total is None:
-            yield from it
-            return
-        for _ in range(total - skip):
-            item = next(it, _END)
-            if item is _END:
-                return
-            yield item
-
-
-class _SkipFirstBatches:
-    """``dataset`` whose first iteration leaves out its first ``skip`` batches (read, untrained).
-
-    The skip is taken lazily by the first iterator that yields, so an iterator that is
-    created and dropped (Lightning checks iterability that way) does not use it up.
-    """
-
-    def __init__(self, dataset: Iterable, resume: _Resume) -> None:
-        self.dataset = dataset
-        self.resume = resume
-
-    def __iter__(self) -> Iterator:
-        try:
-            total: int | None = len(self.dataset)  # type: ignore[arg-type]
-        except TypeError:
-            total = None
-        # stop after the last batch without asking for one more, as Lightning does with a
-        # sized loader: exhausting it would draw from the sampler's generator once more
-        yield from self.resume.skipped(iter(self.dataset), 1, total)
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-
-_END = object()
-
-_LOADER_ARGS = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
-                "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
-                "pin_memory_device", "in_order")
-
-
-def _plain_loader(dataset: Any) -> bool:
-    """A ``DataLoader`` of the default samplers, which :class:`_ResumeSampler` reproduces."""
-    return (type(dataset) is DataLoader and type(dataset.batch_sampler) is BatchSampler
-            and type(dataset.sampler) in (RandomSampler, SequentialSampler))
-
-
-class _ResumeSampler(DistributedSampler):
-    """The sampler of a :class:`_ResumeLoader`, decided when first used.
-
-    Under DDP it is the ``DistributedSampler`` Lightning would inject (same split and seed)
-    with the absolute epoch (``set_epoch(e)`` uses ``e + epoch_offset``); in one process it
-    is the loader's own sampler. Either way its first iteration leaves out the items of the
-    batches already trained (``resume``).
-    """
-
-    def __init__(self, original: Any, batch_size: int, epoch_offset: int, resume: _Resume,
-                 seed: int) -> None:  # DistributedSampler.__init__ waits for the process group
-        self.original, self.batch_size, self.seed_ = original, batch_size, seed
-        self.epoch_offset, self.resume = epoch_offset, resume
-        self.lightning_epoch = 0
-        self.distributed: bool | None = None
-
-    def _resolve(self) -> bool:
-        if self.distributed is None:
-            rank, world = _world()
-            self.distributed = world > 1
-            if self.distributed:
-                DistributedSampler.__init__(
-                    self, self.original.data_source, num_replicas=world, rank=rank,
-                    # Lightning shuffles every training loader it distributes, a sequential
-                    # one too (data_connector._process_dataloader): the same order as a run
-                    # without this callback
-                    shuffle=True,
-                    seed=self.seed_, drop_last=False)
-        return bool(self.distributed)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Lightning's epoch of the run; the sampler shuffles with the absolute epoch."""
-        self.lightning_epoch = epoch
-
-    def __iter__(self) -> Iterator:
-        if self._resolve():
-            self.epoch = self.lightning_epoch + self.epoch_offset
-            it = DistributedSampler.__iter__(self)
-        else:
-            it = iter(self.original)
-        return self.resume.skipped(it, self.batch_size, len(self))
-
-    def __len__(self) -> int:
-        return DistributedSampler.__len__(self) if self._resolve() else len(self.original)
-
-
-class _ResumeLoader(DataLoader):
-    """The train ``DataLoader`` rebuilt on a :class:`_ResumeSampler` (same arguments).
-
-    Before its first iterator (which draws the workers' base seed) it calls ``on_first_iter``:
-    under DDP the rank's own random state is put back there, the process group being known.
-    """
-
-    on_first_iter: Any = None
-
-    def __iter__(self) -> Any:
-        hook, self.on_first_iter = self.on_first_iter, None
-        if hook is not None:
-            hook()
-        return super().__iter__()
-
-
-def _rebuild(loader: DataLoader, epoch_offset: int, resume: _Resume, seed: int
-             ) -> _ResumeLoader:
-    kw = {k: getattr(loader, k) for k in _LOADER_ARGS if hasattr(loader, k)}
-    if not kw.get("num_workers"):
-        kw.pop("prefetch_factor", None)
-        kw.pop("persistent_workers", None)
-    sampler = _ResumeSampler(loader.sampler, int(loader.batch_size or 1), epoch_offset, resume,
-                             seed)
-    return _ResumeLoader(loader.dataset, batch_size=loader.batch_size, sampler=sampler,
-                         drop_last=loader.drop_last, **kw)
 
 
 class BackupAndRestore(Callback):
@@ -378,7 +143,7 @@ class BackupAndRestore(Callback):
         self._skip = 0  # batches of the run's first epoch already trained before the resume
         self._skip_world = 1  # the number of processes that wrote a mid-epoch backup
         self._seed = int(os.getenv("PL_GLOBAL_SEED", "0"))  # the DDP sampler's seed
-        self._exact_ddp = False  # the train loader was rebuilt (see _ResumeLoader)
+        self._exact_ddp = False  # the train loader was rebuilt (see ResumeLoader)
         self._steps = 0  # batches of the current epoch trained (including skipped ones)
         self._first_epoch = True
         #: ``cur_step_num`` the resumed run starts from (the batches of its first epoch
@@ -439,18 +204,18 @@ class BackupAndRestore(Callback):
             >>> cb.prepare_dataset(data) is data  # nothing to skip
             True
         """
-        self._generators = _generators(train_dataset)
+        self._generators = loader_generators(train_dataset)
         resume, self._resume = self._resume, {}
         restored_epoch = int(resume.get("epoch_num", 0))
         usable = bool(resume) and (initial_epoch is None or initial_epoch == restored_epoch)
         starts = resume.get("rng_ranks") or [resume.get("rng")] if usable else None
         skip = int(resume.get("step_in_epoch", 0)) if usable else 0
-        plan = _Resume(skip, starts,
+        plan = Resume(skip, starts,
                        resume.get("rng_now_ranks") or [resume.get("rng_now")] if skip else None)
         first = plan.take_start() if starts else None  # this process's (rank 0 before DDP)
         if first is not None:
-            _set_rng_state(first, self._generators)
-        self._prefit_state = _rng_state(self._generators)
+            set_rng_state(first, self._generators)
+        self._prefit_state = rng_state(self._generators)
         plan.start = starts  # each DDP rank takes its own before its first iterator
         if skip > 0 and dataset_sink_mode:
             raise RuntimeError(
@@ -463,25 +228,25 @@ class BackupAndRestore(Callback):
         if skip:
             log.info("Resuming epoch %d after its first %d batches (already trained).",
                      restored_epoch + 1, skip)
-        if not dataset_sink_mode and _plain_loader(train_dataset):
+        if not dataset_sink_mode and plain_loader(train_dataset):
             self._exact_ddp = True
             # the seed of the run that wrote the backup (Lightning's is PL_GLOBAL_SEED): a
             # resumed run with another seed would draw other permutations
             self._seed = int(resume.get("sampler_seed", os.getenv("PL_GLOBAL_SEED", "0")))
-            loader = _rebuild(train_dataset, int(initial_epoch or restored_epoch or 0), plan,
+            loader = rebuild_loader(train_dataset, int(initial_epoch or restored_epoch or 0), plan,
                               self._seed)
             loader.on_first_iter = lambda: self._first_iter(plan)
             return loader
-        return _SkipFirstBatches(train_dataset, plan) if skip > 0 else train_dataset
+        return SkipFirstBatches(train_dataset, plan) if skip > 0 else train_dataset
 
-    def _first_iter(self, plan: _Resume) -> None:
+    def _first_iter(self, plan: Resume) -> None:
         """Under DDP, right before the first iterator: this rank's own start state."""
-        if _world()[1] == 1:
+        if world_size() == 1:
             return
         state = plan.take_start()
         if state is not None:
-            _set_rng_state(state, self._generators)
-        self._prefit_state = _rng_state(self._generators)
+            set_rng_state(state, self._generators)
+        self._prefit_state = rng_state(self._generators)
 
     def on_train_begin(self, run_context: RunContext) -> None:
         """Load the backup unless :meth:`restore` already did for this run.
@@ -531,7 +296,7 @@ class BackupAndRestore(Callback):
             self._start_state = self._prefit_state  # the iterator existed before the hook
             self._steps = self._skip
         else:
-            self._start_state = _rng_state(self._generators)
+            self._start_state = rng_state(self._generators)
             self._steps = 0
         self._first_epoch = False
 
@@ -560,7 +325,7 @@ class BackupAndRestore(Callback):
         world = int(cb.get("device_number", 1) or 1)
         if self._epoch_complete(cb, run_context):
             if epoch % self.save_freq == 0:
-                starts = _gather(_rng_state(self._generators))
+                starts = gather(rng_state(self._generators))
                 self._save(cb, {"epoch_num": epoch, "step_num": step_num, "step_in_epoch": 0,
                                 "rng": starts[0], "rng_ranks": starts, "world_size": world})
                 log.info("Backed up epoch %d to %s.", epoch, self.backup_file)
@@ -573,8 +338,8 @@ class BackupAndRestore(Callback):
                 "earlier epoch, not from the weights of this partial epoch).", epoch, epoch,
             )
             return
-        starts = _gather(self._start_state)
-        nows = _gather(_rng_state([]))
+        starts = gather(self._start_state)
+        nows = gather(rng_state([]))
         self._save(cb, {"epoch_num": epoch - 1, "step_num": step_num,
                         "step_in_epoch": self._steps, "rng": starts[0], "rng_now": nows[0],
                         "rng_ranks": starts, "rng_now_ranks": nows, "world_size": world})
