@@ -29,6 +29,7 @@ from omegaconf import DictConfig, ListConfig
 
 from lit_amp.cli.console import piped
 from lit_amp.cli.instantiate import check_targets, instantiate
+from lit_amp.cli.launch import torchrun_trainer_kwargs
 from lit_amp.cli.schema import ConfigError, _name, _plain
 
 __all__ = ["Built", "build", "batch_size", "hyperparameters", "throughput_monitor"]
@@ -179,7 +180,7 @@ def _trainer_kwargs(cfg: DictConfig, make: Make) -> dict:
         kw = dict(make(node, "trainer", _partial_=True).keywords)
     else:
         kw = dict(_plain(node))
-    kw = {k: v for k, v in kw.items() if v is not None}
+    kw = torchrun_trainer_kwargs({k: v for k, v in kw.items() if v is not None})
     if kw.get("enable_progress_bar") and piped():
         kw["enable_progress_bar"] = False  # no redraw frames in a pipe: EpochLine prints instead
     loggers = [

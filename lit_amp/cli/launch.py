@@ -7,6 +7,8 @@
 - :func:`ddp_job_scope`: a job that launched its own workers leaves no process group or
   ``MASTER_PORT``/``LOCAL_RANK`` environment behind for the next job of a sweep.
 - :func:`spawn_sharing`: ``ddp_spawn`` workers share tensors through files (``file_system``).
+- :func:`torchrun_trainer_kwargs`: under torchrun, ``devices``/``num_nodes`` checked against
+  the processes torchrun started (a clear error instead of Lightning's traceback).
 
 Imports no torch and no Lightning at module level.
 
@@ -18,12 +20,16 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lit_amp._runtime import dist_ready
+from lit_amp.cli.schema import ConfigError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "config_flags",
@@ -31,6 +37,7 @@ __all__ = [
     "ddp_job_scope",
     "ddp_children_in_job_dir",
     "spawn_sharing",
+    "torchrun_trainer_kwargs",
 ]
 
 _SKIP_HYDRA_OVERRIDES = (
@@ -177,3 +184,77 @@ def spawn_sharing(strategy: Any) -> Iterator[None]:
         yield
     finally:
         tmp.set_sharing_strategy(saved)
+
+
+def _count_devices(devices: Any) -> Any:
+    """The number of devices an int, a list of indices or a string ("2", "0,1") names."""
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    if isinstance(devices, str) and "," in devices:
+        return len([d for d in devices.split(",") if d.strip()])
+    if isinstance(devices, str) and devices.strip().isdigit():
+        return int(devices)
+    return devices
+
+
+def _torchrun_world() -> tuple[int, int] | None:
+    """``(processes per node, nodes)`` of the torchrun job this process belongs to, else None."""
+    if os.environ.get("TORCHELASTIC_RUN_ID") is None:
+        return None
+    try:
+        local, world = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    return (local, world // local) if local > 0 and world % local == 0 else None
+
+
+def torchrun_trainer_kwargs(kw: dict) -> dict:
+    """The Trainer arguments of a run that torchrun started, checked against torchrun's world.
+
+    Lightning joins the processes torchrun starts (``TorchElasticEnvironment``) but only checks
+    ``devices * num_nodes == WORLD_SIZE``, as a traceback from inside ``fit``. Here, under
+    torchrun, ``devices: auto`` becomes torchrun's processes per node, and ``devices`` and
+    ``num_nodes`` must equal ``--nproc-per-node`` and ``--nnodes``. Outside torchrun ``kw`` is
+    returned unchanged.
+
+    torchrun's ``--max-restarts`` with its shared rendezvous store (the default) can hand a
+    restarted group the previous attempt's addresses (pytorch#135712; the restart then fails
+    with "Connection refused"): a warning says to set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``.
+
+    Args:
+        kw: the ``trainer={...}`` arguments (``devices``, ``num_nodes``).
+
+    Returns:
+        ``kw``, with ``devices`` filled in under torchrun when it was ``auto``/``-1``.
+
+    Raises:
+        ConfigError: ``trainer.devices`` or ``trainer.num_nodes`` differs from torchrun's.
+
+    Example:
+        >>> torchrun_trainer_kwargs({"devices": 2, "num_nodes": 1})  # not under torchrun
+        {'devices': 2, 'num_nodes': 1}
+    """
+    found = _torchrun_world()
+    if found is None:
+        return kw
+    local, nodes = found
+    devices, num_nodes = kw.get("devices", "auto"), kw.get("num_nodes", 1)
+    if devices in ("auto", -1, "-1"):
+        kw = {**kw, "devices": local}
+        devices = local
+    if _count_devices(devices) != local or num_nodes != nodes:
+        raise ConfigError(
+            f"lit-amp: torchrun started {local * nodes} process(es), {local} per node on "
+            f"{nodes} node(s) (--nproc-per-node={local} --nnodes={nodes}), but "
+            f"trainer.devices={devices!r} trainer.num_nodes={num_nodes!r}; set "
+            f"trainer.devices={local} trainer.num_nodes={nodes} (or trainer.devices=auto)."
+        )
+    restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    if (restarts not in ("", "0") and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+            and os.environ.get("RANK", "0") == "0"):
+        log.warning(
+            "torchrun --max-restarts=%s shares its rendezvous store with the workers: a "
+            "restarted group can read the previous attempt's addresses and fail to connect "
+            "(pytorch#135712). Start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its "
+            "environment for restarts that resume.", restarts)
+    return kw
