@@ -1,4 +1,11 @@
-"""MindSpore's ``OnRequestExit``: stop cleanly and save a checkpoint when a signal arrives."""
+"""Stop training at a step boundary when a signal arrives: ``StopOnSignal`` and MindSpore's
+``OnRequestExit`` (which also saves a checkpoint on the way out).
+
+A signal handler only records the signal; the training loop acts on it at the next step end,
+so what the run writes as it stops (a ``BackupAndRestore`` backup of the position, a
+checkpoint) is written by the loop and never inside the handler: a signal that arrives while a
+file is being written cannot leave it truncated.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
@@ -14,36 +22,173 @@ from lit_amp.callbacks._utils import any_rank, is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
 from lit_amp.serialization import load_checkpoint, save_checkpoint
 
-__all__ = ["OnRequestExit"]
+__all__ = ["OnRequestExit", "StopOnSignal"]
 
 log = logging.getLogger(__name__)
 
 _UNCATCHABLE = {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP") if hasattr(signal, n)}
 
 
-class OnRequestExit(Callback):
+def _check_signal(owner: str, name: str, sig: Any) -> int:
+    if isinstance(sig, bool) or not isinstance(sig, int):
+        raise TypeError(
+            f"For '{owner}', the argument '{name}' must be an int signal number, but got "
+            f"{sig!r} of type {type(sig).__name__}."
+        )
+    if sig in _UNCATCHABLE:
+        raise ValueError(
+            f"For '{owner}', the argument '{name}' can't be {signal.Signals(sig).name}: it cannot "
+            "be caught; use a catchable signal such as SIGTERM, SIGINT or SIGUSR1."
+        )
+    if sig not in signal.valid_signals():
+        raise ValueError(
+            f"For '{owner}', the argument '{name}' must be a valid signal number, but got {sig}."
+        )
+    return int(sig)
+
+
+def _target(run_context: RunContext, *keys: str) -> Any:
+    cb = run_context.original_args()
+    for key in keys:
+        if cb.get(key) is not None:
+            return cb.get(key)
+    return None
+
+
+class StopOnSignal(Callback):
+    """On one of ``signals``, finish the current step, agree across processes, and stop.
+
+    At train (eval) begin it installs, for each signal, a handler that only records it in
+    :attr:`received`, remembering the previous handler, which it puts back at train (eval)
+    end. Installing at train begin displaces Lightning's own SIGTERM handler for the run;
+    that one would end ``fit`` with ``SIGTERMException`` at the next step, before any backup
+    of the position is written. Handlers can only be installed from the main thread;
+    elsewhere a warning is logged and signals are not caught. A signal recorded before train
+    begin (``received`` set by the caller) stops the run after its first step.
+
+    Once a signal is recorded, ``request_stop`` is called at the next step end (or epoch end);
+    under DDP the processes agree first (one all-reduce of the flag at every step end and
+    epoch end), so a signal that reaches any of them stops all of them after the same step,
+    and a ``BackupAndRestore`` backup of that position is consistent.
+
+    Args:
+        signals: the signal numbers to catch; SIGKILL and SIGSTOP cannot be caught.
+
+    Attributes:
+        received: the number of the signal that arrived (None: none).
+        stopped_early: set at train end: training stopped before its last step because a
+            signal arrived (False when it arrived during the last step: the run is complete).
+
+    Raises:
+        TypeError: ``signals`` is not a sequence of ints.
+        ValueError: ``signals`` is empty or holds SIGKILL, SIGSTOP or an invalid number.
+
+    Example:
+        >>> import signal
+        >>> cb = StopOnSignal([signal.SIGTERM, signal.SIGUSR2])
+        >>> cb.signals == (signal.SIGTERM, signal.SIGUSR2), cb.received
+        (True, None)
+    """
+
+    def __init__(self, signals: Sequence[int] = (signal.SIGTERM,)) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        if isinstance(signals, (str, bytes)) or not isinstance(signals, Sequence):
+            raise TypeError(
+                f"For '{owner}', the argument 'signals' must be a sequence of signal numbers, "
+                f"but got {signals!r} of type {type(signals).__name__}."
+            )
+        if not signals:
+            raise ValueError(f"For '{owner}', the argument 'signals' must not be empty.")
+        self.signals = tuple(_check_signal(owner, "signals", s) for s in signals)
+        self.received: int | None = None
+        self.stopped_early = False
+        self._previous: dict[int, Any] = {}
+        self._requested = False
+        self._epoch_base = 0
+        self._first_epoch = True
+
+    def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
+        log.debug("%s received signal %s.", type(self).__name__, signum)
+        self.received = signum
+
+    def _install(self) -> None:
+        if self._previous:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("%s: signal handlers can only be installed from the main thread; "
+                        "signal(s) %s will not stop this run.", type(self).__name__,
+                        list(self.signals))
+            return
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._handle_signal)
+
+    def _uninstall(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+        self._previous = {}
+
+    def _agree(self, run_context: RunContext) -> None:
+        """Under DDP, stop everywhere if the signal reached any process; then request it."""
+        cb = run_context.original_args()
+        flag = self.received is not None
+        if int(cb.get("device_number", 1) or 1) > 1:
+            flag = any_rank(flag)
+            if flag and self.received is None:
+                self.received = self.signals[0]  # it reached another process
+        if flag:
+            self._requested = True
+            run_context.request_stop()
+
+    def on_train_begin(self, run_context: RunContext) -> None:
+        """Install the signal handlers (displacing Lightning's SIGTERM handler for the run)."""
+        self._install()
+        self._requested = self.stopped_early = False
+        self._first_epoch = True
+
+    def on_train_epoch_begin(self, run_context: RunContext) -> None:
+        """Remember where this epoch's steps start (a resumed first epoch counts its own)."""
+        cb = run_context.original_args()
+        self._epoch_base = 0 if self._first_epoch else int(cb.get("cur_step_num", 0) or 0)
+        self._first_epoch = False
+
+    def on_train_step_end(self, run_context: RunContext) -> None:
+        """Request a stop if a signal arrived (here or, under DDP, at another process)."""
+        self._agree(run_context)
+
+    def on_train_epoch_end(self, run_context: RunContext) -> None:
+        """Request a stop if a signal arrived (here or, under DDP, at another process)."""
+        self._agree(run_context)
+
+    def on_train_end(self, run_context: RunContext) -> None:
+        """Put the previous handlers back; tell whether the signal cut training short."""
+        self._uninstall()
+        cb = run_context.original_args()
+        last = int(cb.get("initial_epoch", 0) or 0) + int(cb.get("epoch_num", 0) or 0)
+        batch_num = cb.get("batch_num")
+        steps = int(cb.get("cur_step_num", 0) or 0) - self._epoch_base
+        finished = int(cb.get("cur_epoch_num", 0) or 0) >= last and (
+            bool(cb.get("dataset_sink_mode")) or not batch_num or steps >= int(batch_num))
+        self.stopped_early = self._requested and not finished
+
+
+class OnRequestExit(StopOnSignal):
     """On a signal (SIGTERM by default), finish the current step, stop, and save a checkpoint.
 
-    At train (eval) begin it installs a handler for ``sig`` that only sets a flag, remembering
-    the previous handler, which it puts back at train (eval) end. Handlers can only be installed
-    from the main thread; elsewhere a warning is logged and signals are not caught. At train
-    begin, if ``{directory}/{file_name}_train.ckpt`` exists it is loaded into
+    A :class:`StopOnSignal` for one signal, plus MindSpore's files: at train begin, if
+    ``{directory}/{file_name}_train.ckpt`` exists it is loaded into
     ``cb_params.train_network`` (resuming an interrupted run), unless a ``BackupAndRestore``
     is among the run's callbacks: that one then resumes the run exactly (weights, epoch,
     position within the epoch, random state), and a possibly older file of this callback must
-    not replace its backup. Once flagged, ``request_stop`` is
-    called at every step end and epoch end; at train end ``{file_name}_train.ckpt`` is saved (the
-    network, optimizer and loss-scale state, via :func:`lit_amp.save_checkpoint`).
+    not replace its backup. At train end, if the signal arrived, ``{file_name}_train.ckpt`` is
+    saved (the network, optimizer and loss-scale state, via :func:`lit_amp.save_checkpoint`).
     Evaluation mirrors this with ``{file_name}_eval.ckpt`` (loaded into ``cb_params.network``
-    from the eval file, else the train file). Only global rank 0 writes files.
+    from the eval file, else the train file). Every train (eval) call starts with the flag
+    cleared. Only global rank 0 writes files.
 
     ``save_mindir``: MindSpore also exports a MINDIR graph from the last batch. MINDIR has no
     PyTorch counterpart, so the flag is accepted and nothing more is written (an info message
     is logged once). Export a TorchScript or ONNX model yourself if you need a graph.
-
-    Under DDP the processes agree at every train step end and epoch end (one all-reduce of
-    the flag): a signal that reaches any of them, at any step, stops all of them after the
-    same step, so a ``BackupAndRestore`` backup of that position is consistent.
 
     Args:
         save_ckpt: save a checkpoint before exiting (and load one at begin if present).
@@ -51,6 +196,9 @@ class OnRequestExit(Callback):
         file_name: the checkpoint file name stem.
         directory: the folder of the files (created if missing).
         sig: the signal to catch; SIGKILL and SIGSTOP cannot be caught.
+
+    Attributes:
+        exit: whether the signal arrived (MindSpore's flag; settable).
 
     Raises:
         TypeError: a flag is not a bool; ``file_name`` or ``directory`` is not a str; ``sig`` is
@@ -72,8 +220,9 @@ class OnRequestExit(Callback):
         directory: str | os.PathLike = "./",
         sig: int = signal.SIGTERM,
     ) -> None:
-        super().__init__()
         owner = "OnRequestExit"
+        sig = _check_signal(owner, "sig", sig)
+        super().__init__((sig,))
         self.save_ckpt = check_bool(owner, "save_ckpt", save_ckpt)
         self.save_mindir = check_bool(owner, "save_mindir", save_mindir)
         check_str(owner, "file_name", file_name)
@@ -82,57 +231,22 @@ class OnRequestExit(Callback):
                 f"For '{owner}', the argument 'directory' must be a str path, but got "
                 f"{directory!r} of type {type(directory).__name__}."
             )
-        if isinstance(sig, bool) or not isinstance(sig, int):
-            raise TypeError(
-                f"For '{owner}', the argument 'sig' must be an int signal number, but got "
-                f"{sig!r} of type {type(sig).__name__}."
-            )
-        if sig in _UNCATCHABLE:
-            raise ValueError(
-                f"For '{owner}', the argument 'sig' can't be {signal.Signals(sig).name}: it cannot "
-                "be caught; use a catchable signal such as SIGTERM, SIGINT or SIGUSR1."
-            )
-        if sig not in signal.valid_signals():
-            raise ValueError(
-                f"For '{owner}', the argument 'sig' must be a valid signal number, but got {sig}."
-            )
-        self.sig = int(sig)
+        self.sig = sig
         directory = os.path.abspath(os.fspath(directory))
         if self.save_ckpt or self.save_mindir:
             os.makedirs(directory, exist_ok=True)
         self.train_file_path = os.path.join(directory, f"{file_name}_train")
         self.eval_file_path = os.path.join(directory, f"{file_name}_eval")
-        self.exit = False
-        self._previous_handler: Any = None
-        self._installed = False
         self._mindir_logged = False
 
-    # signal handling
-    def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
-        log.debug("OnRequestExit received signal %s.", signum)
-        self.exit = True
+    @property
+    def exit(self) -> bool:
+        """Whether the signal arrived (MindSpore's ``exit`` flag)."""
+        return self.received is not None
 
-    def _install(self) -> None:
-        self.exit = False
-        if self._installed:
-            return
-        if threading.current_thread() is not threading.main_thread():
-            log.warning(
-                "OnRequestExit: signal handlers can only be installed from the main thread; "
-                "signal %s will not stop this run.",
-                self.sig,
-            )
-            return
-        self._previous_handler = signal.signal(self.sig, self._handle_signal)
-        self._installed = True
-
-    def _uninstall(self) -> None:
-        if not self._installed:
-            return
-        previous = self._previous_handler
-        signal.signal(self.sig, signal.SIG_DFL if previous is None else previous)
-        self._installed = False
-        self._previous_handler = None
+    @exit.setter
+    def exit(self, value: bool) -> None:
+        self.received = self.sig if value else None
 
     def _log_mindir(self) -> None:
         if self.save_mindir and not self._mindir_logged:
@@ -142,10 +256,17 @@ class OnRequestExit(Callback):
             )
             self._mindir_logged = True
 
+    def _save(self, run_context: RunContext, path: str, *keys: str) -> None:
+        cb = run_context.original_args()
+        if self.save_ckpt and is_rank_zero(cb):
+            save_checkpoint(_target(run_context, *keys), path)
+        self._log_mindir()
+
     # train
     def on_train_begin(self, run_context: RunContext) -> None:
         """Install the signal handler; load ``{file_name}_train.ckpt`` if it exists."""
-        self._install()
+        self.exit = False
+        super().on_train_begin(run_context)
         path = f"{self.train_file_path}.ckpt"
         if self.save_ckpt and os.path.isfile(path):
             cb = run_context.original_args()
@@ -155,51 +276,23 @@ class OnRequestExit(Callback):
                 log.info("OnRequestExit: BackupAndRestore resumes this run; %s is not loaded.",
                          path)
                 return
-            target = cb.get("train_network")
-            if target is None:
-                target = cb.get("network")
             log.info("OnRequestExit: loading %s.", path)
-            load_checkpoint(path, net=target)
-
-    def _agree(self, run_context: RunContext) -> None:
-        """Under DDP, stop everywhere if the signal reached any process; then request it."""
-        cb = run_context.original_args()
-        if int(cb.get("device_number", 1) or 1) > 1:
-            self.exit = any_rank(self.exit)
-        if self.exit:
-            run_context.request_stop()
-
-    def on_train_step_end(self, run_context: RunContext) -> None:
-        """Request a stop if the signal arrived (here or, under DDP, at another process)."""
-        self._agree(run_context)
-
-    def on_train_epoch_end(self, run_context: RunContext) -> None:
-        """Request a stop if the signal arrived (here or, under DDP, at another process)."""
-        self._agree(run_context)
+            load_checkpoint(path, net=_target(run_context, "train_network", "network"))
 
     def on_train_end(self, run_context: RunContext) -> None:
         """Restore the previous handler; if the signal arrived, save ``{file_name}_train.ckpt``."""
-        self._uninstall()
-        if not self.exit:
-            return
-        cb = run_context.original_args()
-        target = cb.get("train_network")
-        if target is None:
-            target = cb.get("network")
-        if self.save_ckpt and is_rank_zero(cb):
-            save_checkpoint(target, self.train_file_path)
-        self._log_mindir()
+        super().on_train_end(run_context)
+        if self.exit:
+            self._save(run_context, self.train_file_path, "train_network", "network")
 
     # eval
     def on_eval_begin(self, run_context: RunContext) -> None:
         """Install the signal handler; load the eval (else train) checkpoint if it exists."""
+        self.exit = False
         self._install()
         if not self.save_ckpt:
             return
-        cb = run_context.original_args()
-        target = cb.get("network")
-        if target is None:
-            target = cb.get("eval_network")
+        target = _target(run_context, "network", "eval_network")
         for path in (f"{self.eval_file_path}.ckpt", f"{self.train_file_path}.ckpt"):
             if os.path.isfile(path):
                 log.info("OnRequestExit: loading %s.", path)
@@ -214,12 +307,5 @@ class OnRequestExit(Callback):
     def on_eval_end(self, run_context: RunContext) -> None:
         """Restore the previous handler; if the signal arrived, save ``{file_name}_eval.ckpt``."""
         self._uninstall()
-        if not self.exit:
-            return
-        cb = run_context.original_args()
-        target = cb.get("network")
-        if target is None:
-            target = cb.get("eval_network")
-        if self.save_ckpt and is_rank_zero(cb):
-            save_checkpoint(target, self.eval_file_path)
-        self._log_mindir()
+        if self.exit:
+            self._save(run_context, self.eval_file_path, "network", "eval_network")
