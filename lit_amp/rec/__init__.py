@@ -26,10 +26,12 @@ _EXPORTS: dict[str, str] = {
     "ValidationOptions": "lit_amp.rec.online.options",
     "WideDeep": "lit_amp.rec.wide_deep",
     "LazyAdam": "lit_amp.rec.wide_deep",
+    "IdEmbedding": "lit_amp.rec.id_embedding",
     "SlidingWindowAUC": "lit_amp.rec.metrics",
     "binned_auc": "lit_amp.rec.metrics",
     "load_published": "lit_amp.rec.publish",
     "publish_weights": "lit_amp.rec.publish",
+    "DeltaPublisher": "lit_amp.rec.publish",
     "latest_checkpoint": "lit_amp.rec.publish",
 }
 

@@ -392,7 +392,8 @@ def load_published(
         The published dict (``"network"``: the whole state, ``"step"``, ``"records"``,
         ``"published_at"``; for the delta layout also ``"version"``, ``"full"`` (the full
         snapshot's version), ``"chain"`` and ``"refused"`` (the refused file and why, or
-        None)). ``since`` itself when nothing newer was published.
+        None)). ``since`` itself when nothing newer was published; after deltas, a new dict
+        sharing ``since``'s (updated) tensors.
 
     Raises:
         ValueError: nothing was published in ``publish_dir``, or no full snapshot (full
@@ -430,7 +431,8 @@ def _load_versioned(directory: str, head: int, network: Any, since: dict | None)
             since.get("full") == fulls[0] and since.get("version", head + 1) <= head:
         if since["version"] == head:
             return since
-        return _replay(directory, versions, since, head, network)
+        # a new dict (``since``'s version stays as it was); the tensors are updated in place
+        return _replay(directory, versions, {**since, "refused": None}, head, network)
     errors = []
     for full in fulls:
         name = versions[full]

@@ -3,9 +3,11 @@
 :class:`WideDeep` takes the batches of the built-in sources
 (``{"dense": (B, 13), "cat": (B, 26), ...}``) and returns one click logit per record; train it
 with ``torch.nn.BCEWithLogitsLoss``. Categorical ids are hashed into ``vocab_size`` rows per
-feature (``id % vocab_size``), so any id works. With ``sparse=True`` the embedding gradients
-are sparse and :class:`LazyAdam` (MindSpore's ``nn.LazyAdam``: Adam that updates only the
-rows a batch touched) keeps a step's cost independent of the table size.
+feature (``id % vocab_size``), so any id works; with ``collisionless=True`` every distinct id
+gets its own row instead (:class:`~lit_amp.rec.id_embedding.IdEmbedding`, within a budget of
+``num_cat * vocab_size`` rows). With ``sparse=True`` the embedding gradients are sparse and
+:class:`LazyAdam` (MindSpore's ``nn.LazyAdam``: Adam that updates only the rows a batch
+touched) keeps a step's cost independent of the table size.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from lit_amp.rec.id_embedding import IdEmbedding
+
 __all__ = ["WideDeep", "LazyAdam"]
+
+
+def _init_rows(rows: torch.Tensor) -> None:
+    """A new id's row: its wide weight (column 0) zero, its deep embedding small and random."""
+    nn.init.normal_(rows, std=0.01)
+    rows[:, 0] = 0.0
 
 
 class WideDeep(nn.Module):
@@ -35,11 +45,15 @@ class WideDeep(nn.Module):
     Args:
         num_dense: dense features (Criteo: 13).
         num_cat: categorical features (Criteo: 26).
-        vocab_size: hashed rows per categorical feature.
+        vocab_size: hashed rows per categorical feature (``collisionless``: the row budget
+            per feature, ``num_cat * vocab_size`` rows shared by all features).
         embed_dim: embedding width of the deep part.
         hidden: MLP widths.
         dropout: dropout after each hidden layer.
         sparse: sparse embedding gradients (use :class:`LazyAdam`, SGD or Adagrad).
+        collisionless: one row per distinct ``(feature, id)`` (an
+            :class:`~lit_amp.rec.id_embedding.IdEmbedding` that evicts the least frequently
+            used ids when full) instead of ``id % vocab_size``.
 
     Raises:
         ValueError: a non-positive size.
@@ -61,6 +75,7 @@ class WideDeep(nn.Module):
         hidden: Sequence[int] = (256, 128),
         dropout: float = 0.0,
         sparse: bool = False,
+        collisionless: bool = False,
     ) -> None:
         super().__init__()
         for name, v in (("num_cat", num_cat), ("vocab_size", vocab_size), ("embed_dim", embed_dim)):
@@ -80,7 +95,11 @@ class WideDeep(nn.Module):
         rows = num_cat * vocab_size
         # one table for both parts: column 0 is an id's wide (linear) weight, columns 1.. its
         # deep embedding — one lookup and one sparse gradient per step instead of two
-        self.embedding = nn.Embedding(rows, embed_dim + 1, sparse=sparse)
+        self.embedding: nn.Module = (
+            IdEmbedding(rows, embed_dim + 1, num_features=num_cat, sparse=sparse,
+                        init=_init_rows)
+            if collisionless else nn.Embedding(rows, embed_dim + 1, sparse=sparse)
+        )
         self.wide_dense = nn.Linear(num_dense, 1) if num_dense else None
         layers: list[nn.Module] = []
         width = num_cat * embed_dim + num_dense
@@ -91,9 +110,9 @@ class WideDeep(nn.Module):
             width = h
         layers.append(nn.Linear(width, 1))
         self.mlp = nn.Sequential(*layers)
-        with torch.no_grad():
-            nn.init.normal_(self.embedding.weight, std=0.01)
-            self.embedding.weight[:, 0].zero_()
+        if not collisionless:
+            with torch.no_grad():
+                _init_rows(self.embedding.weight)
 
     def forward(self, features: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]) -> Any:
         """``features``: ``{"dense", "cat"}`` (extra keys ignored) or ``(dense, cat)``."""
@@ -101,11 +120,16 @@ class WideDeep(nn.Module):
             dense, cat = features["dense"], features["cat"]
         else:
             dense, cat = features[0], features[1]
-        idx = torch.remainder(cat, self.vocab_size) + self.offsets
-        # look each distinct row up once: the sparse gradient then has one entry per distinct
-        # id of the batch, which makes the optimizer's coalesce cheap
-        rows, inverse = torch.unique(idx, return_inverse=True)
-        e = self.embedding(rows)[inverse]  # (B, num_cat, 1 + embed_dim)
+        if isinstance(self.embedding, IdEmbedding):
+            e = self.embedding(cat)  # (B, num_cat, 1 + embed_dim)
+        else:
+            idx = torch.remainder(cat, self.vocab_size) + self.offsets
+            # look each distinct row up once: the sparse gradient then has one entry per
+            # distinct id of the batch, which makes the optimizer's coalesce cheap;
+            # index_select, as advanced indexing of a 2-D tensor is slower on CPU
+            rows, inverse = torch.unique(idx, return_inverse=True)
+            e = self.embedding(rows).index_select(0, inverse.reshape(-1))
+            e = e.reshape(*idx.shape, -1)  # (B, num_cat, 1 + embed_dim)
         wide = e[..., 0].sum(dim=1)
         deep = e[..., 1:].flatten(1)
         if self.num_dense:

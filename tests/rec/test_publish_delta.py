@@ -167,9 +167,10 @@ def test_polling_applies_only_the_new_deltas_in_place(tmp_path, monkeypatch):
     real_load = torch.load
     monkeypatch.setattr("lit_amp.rec.publish.torch.load",
                         lambda p, **kw: loaded.append(os.path.basename(p)) or real_load(p, **kw))
-    payload = load_published(tmp_path, served, since=payload)
+    new = load_published(tmp_path, served, since=payload)
     assert loaded == ["delta-000000000002.pt", "delta-000000000003.pt"]
-    assert payload["version"] == 3 and torch.equal(served.weight, emb.weight)
+    assert new is not payload and (payload["version"], new["version"]) == (1, 3)
+    assert torch.equal(served.weight, emb.weight)
 
 
 def test_a_failed_write_keeps_latest_and_the_next_delta_covers_its_rows(tmp_path, monkeypatch):

@@ -1,0 +1,399 @@
+"""A collision-free embedding: one row per distinct id, allocated as ids arrive, in a row budget.
+
+Hashing ids into a fixed table (``id % rows``) makes distinct ids share rows; with tens of
+millions of ids in a few million rows most rows are shared. :class:`IdEmbedding` gives every
+distinct ``(feature, id)`` pair its own row, as Monolith's collisionless tables and
+MindSpore's ``MapParameter`` do:
+
+- a hash table (open addressing, linear probing, looked up with vectorized torch ops: no
+  per-id Python loop) maps a key to its row; a new key in training takes a free row, whose
+  weights are initialised fresh;
+- the table never grows past ``num_rows``: when it is full, the least frequently (``"lfu"``)
+  or least recently (``"lru"``) used rows not in the current batch are evicted — at least
+  1 % of the budget at a time, so the scan is rare — counted in :attr:`evictions` and logged;
+- a batch with more new keys than the budget can hold gives the rest the shared row
+  ``num_rows`` (counted in :attr:`overflows`, logged) instead of failing; in evaluation an
+  unknown key reads that row and nothing is allocated.
+
+The id map (``row_keys``: each row's ``(feature, id)``, feature ``-1`` for a free row) and
+the usage statistics are buffers, so the map is saved and restored with the weights by any
+``state_dict`` checkpoint (tensors only: ``torch.load(weights_only=True)`` reads it); the hash
+table is rebuilt from it on load. For delta publishing the module names its row-indexed state
+(``row_state``), its training statistics (``train_state``) and the rows it changed itself
+(:meth:`take_changed_rows`), and applies published rows with :meth:`load_rows`.
+
+Example:
+    >>> emb = IdEmbedding(num_rows=4, embedding_dim=2)
+    >>> ids = torch.tensor([10**18, -5, 10**18])
+    >>> emb(ids).shape, emb.row_of(ids).tolist()  # new ids take free rows in id order
+    (torch.Size([3, 2]), [1, 0, 1])
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lit_amp._validation import check_bool, check_choice, check_int, type_error
+
+__all__ = ["IdEmbedding"]
+
+log = logging.getLogger(__name__)
+
+_EMPTY, _TOMB = -1, -2  # slot values besides a row index
+_MAX = torch.iinfo(torch.int64).max
+
+
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+# the multipliers of splitmix64 / MurmurHash3's finaliser, as signed int64
+_K0, _K1, _K2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9,
+                                      0x94D049BB133111EB))
+
+
+def _default_init(rows: torch.Tensor) -> None:
+    nn.init.normal_(rows, std=0.01)
+
+
+class IdEmbedding(nn.Module):
+    """An embedding with one row per distinct id within a row budget (see the module docstring).
+
+    Args:
+        num_rows: the row budget (distinct keys held at once).
+        embedding_dim: the width of a row.
+        num_features: key spaces: with more than 1, the last dimension of the input indexes
+            the feature, and equal ids of different features get different rows.
+        sparse: sparse gradients (use :class:`~lit_amp.rec.wide_deep.LazyAdam`, SparseAdam,
+            Adagrad or SGD).
+        policy: which rows a full table evicts: ``"lfu"`` (fewest lookups, then the least
+            recent) or ``"lru"`` (least recent).
+        init: fills the rows of new keys in place (default: normal, std 0.01).
+
+    Attributes:
+        evictions: rows evicted so far (a tensor scalar, saved with the state).
+        overflows: keys that found no row and used the shared row (saved with the state).
+
+    Raises:
+        TypeError / ValueError: an argument of the wrong type or value.
+
+    Example:
+        >>> emb = IdEmbedding(num_rows=2, embedding_dim=3, policy="lru")
+        >>> _ = emb(torch.tensor([1, 2])); _ = emb(torch.tensor([3]))  # full: evicts id 1
+        >>> emb.row_of(torch.tensor([1, 2, 3])).tolist(), int(emb.evictions)
+        ([2, 1, 0], 1)
+    """
+
+    #: state names indexed by row (published by rows)
+    row_state = ("weight", "row_keys")
+    #: state names that only training needs (never in a published delta)
+    train_state = ("row_count", "row_seen", "clock", "next_row")
+
+    def __init__(
+        self,
+        num_rows: int,
+        embedding_dim: int,
+        *,
+        num_features: int = 1,
+        sparse: bool = False,
+        policy: str = "lfu",
+        init: Callable[[torch.Tensor], Any] | None = None,
+    ) -> None:
+        super().__init__()
+        owner = "IdEmbedding"
+        n = check_int(owner, "num_rows", num_rows, minimum=1)
+        check_int(owner, "embedding_dim", embedding_dim, minimum=1)
+        self.num_features = check_int(owner, "num_features", num_features, minimum=1)
+        self.sparse = check_bool(owner, "sparse", sparse)
+        self.policy = check_choice(owner, "policy", policy, ("lfu", "lru"))
+        if init is not None and not callable(init):
+            raise type_error(owner, "init", "a callable or None", init)
+        self.init = init or _default_init
+        self.num_rows = n
+        self.weight = nn.Parameter(torch.empty(n + 1, embedding_dim))
+        with torch.no_grad():
+            self.init(self.weight[:n])
+            self.weight[n].zero_()  # the shared row of keys without one
+        self.register_buffer("row_keys", torch.full((n, 2), -1, dtype=torch.long))
+        self.register_buffer("row_count", torch.zeros(n, dtype=torch.long))
+        self.register_buffer("row_seen", torch.zeros(n, dtype=torch.long))
+        for name in ("clock", "next_row", "evictions", "overflows"):
+            self.register_buffer(name, torch.zeros((), dtype=torch.long))
+        self._capacity = 1 << max(4, math.ceil(math.log2(2 * n)))
+        idx = torch.int32 if self._capacity < 2**31 else torch.long
+        self.register_buffer("_slots", torch.full((self._capacity,), _EMPTY, dtype=idx),
+                             persistent=False)
+        self.register_buffer("_row_slot", torch.zeros(n, dtype=idx), persistent=False)
+        self.register_buffer("_changed", torch.zeros(n, dtype=torch.bool), persistent=False)
+        self._pool = torch.zeros(0, dtype=torch.long)  # free rows below next_row, ascending
+        self._tombstones = 0
+        self._reused: list[torch.Tensor] = []  # rows handed to a new key since the last step
+        self._opt_hooks: list[Any] = []
+        self._last_log: dict[str, float] = {}
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.weight.shape[1]
+
+    def extra_repr(self) -> str:
+        return (f"num_rows={self.num_rows}, embedding_dim={self.embedding_dim}, "
+                f"num_features={self.num_features}, policy={self.policy!r}, "
+                f"sparse={self.sparse}")
+
+    # ------------------------------------------------------------------ the hash table
+    def _hash(self, keys: torch.Tensor) -> torch.Tensor:
+        x = keys[:, 1] ^ (keys[:, 0] * _K0)  # int64 arithmetic wraps around
+        x = (x ^ (x >> 31)) * _K1
+        x = (x ^ (x >> 27)) * _K2
+        return (x ^ (x >> 33)) & (self._capacity - 1)
+
+    def _find(self, keys: torch.Tensor) -> torch.Tensor:
+        """The row of each key (``(n, 2)``), -1 where absent."""
+        rows = torch.full((keys.shape[0],), -1, dtype=torch.long, device=keys.device)
+        todo = torch.arange(keys.shape[0], device=keys.device)
+        pos, want = self._hash(keys), keys
+        mask = self._capacity - 1
+        while todo.numel():
+            s = self._slots.index_select(0, pos).long()
+            held = self.row_keys.index_select(0, s.clamp_min(0))
+            match = (s >= 0) & (held == want).all(dim=1)
+            rows[todo[match]] = s[match]
+            go_on = (~match & (s != _EMPTY)).nonzero().squeeze(1)
+            todo, pos = todo.index_select(0, go_on), (pos.index_select(0, go_on) + 1) & mask
+            want = want.index_select(0, go_on)
+        return rows
+
+    def _insert(self, keys: torch.Tensor, rows: torch.Tensor) -> None:
+        """Put absent ``keys`` (distinct) into the table, pointing at ``rows``."""
+        pos, mask = self._hash(keys), self._capacity - 1
+        while rows.numel():
+            s = self._slots[pos]
+            free = s < 0
+            p, r = pos[free], rows[free]
+            self._slots[p] = r.to(self._slots.dtype)  # a slot claimed twice keeps one
+            won = self._slots[p].long() == r
+            self._row_slot[r[won]] = p[won].to(self._row_slot.dtype)
+            self._tombstones -= int((s[free][won] == _TOMB).sum())
+            placed = torch.zeros_like(free)
+            placed[free.nonzero().squeeze(1)[won]] = True
+            keep = ~placed
+            pos, rows = (pos[keep] + 1) & mask, rows[keep]
+
+    def _remove(self, rows: torch.Tensor) -> None:
+        """Take the keys of ``rows`` (live) out of the table."""
+        self._slots[self._row_slot[rows].long()] = _TOMB
+        self._tombstones += rows.numel()
+
+    def _rebuild(self) -> None:
+        """The table, the row slots and the free pool from ``row_keys`` (after a load)."""
+        self._slots.fill_(_EMPTY)
+        self._tombstones = 0
+        live = (self.row_keys[:, 0] >= 0).nonzero().squeeze(1)
+        self._insert(self.row_keys.index_select(0, live), live)
+        below = torch.arange(int(self.next_row), device=live.device)
+        self._pool = below[self.row_keys[:, 0].index_select(0, below) < 0]
+
+    # ------------------------------------------------------------------ allocation
+    def _score(self) -> torch.Tensor:
+        seen = self.row_seen.clamp(0, 2**32 - 1)
+        if self.policy == "lru":
+            return seen.clone()
+        return (self.row_count.clamp(0, 2**31 - 1) << 32) | seen
+
+    def _victims(self, n: int, protect: torch.Tensor) -> torch.Tensor:
+        """The ``n`` rows to evict (fewer if fewer are evictable), ascending."""
+        score = self._score()
+        score.masked_fill_(self.row_keys[:, 0] < 0, _MAX)
+        score.index_fill_(0, protect, _MAX)
+        n = min(n, int((score < _MAX).sum()))
+        if n == 0:
+            return torch.zeros(0, dtype=torch.long, device=score.device)
+        threshold = torch.kthvalue(score, n).values
+        below = (score < threshold).nonzero().squeeze(1)
+        tied = (score == threshold).nonzero().squeeze(1)[: n - below.numel()]
+        return torch.cat([below, tied]).sort().values
+
+    def _free_rows(self, k: int, protect: torch.Tensor) -> torch.Tensor:
+        """Up to ``k`` free rows (ascending within each source), evicting when needed."""
+        start = int(self.next_row)
+        fresh = torch.arange(start, min(start + k, self.num_rows), device=protect.device)
+        self.next_row += fresh.numel()
+        need = k - fresh.numel()
+        if need > self._pool.numel():
+            victims = self._victims(max(need - self._pool.numel(),
+                                        math.ceil(self.num_rows / 100)), protect)
+            if victims.numel():
+                self._remove(victims)
+                self.row_keys.index_fill_(0, victims, -1)
+                self.evictions += victims.numel()
+                self._pool = torch.cat([self._pool, victims]).sort().values
+                self._say("evict", logging.INFO,
+                          "IdEmbedding: the table is full (%d rows); evicted %d rows of the "
+                          "least %s used keys (%d evictions so far).", self.num_rows,
+                          victims.numel(), "frequently" if self.policy == "lfu" else "recently",
+                          int(self.evictions))
+        reused, self._pool = self._pool[:need], self._pool[need:]
+        if self._opt_hooks and reused.numel():
+            self._reused.append(reused)
+        return torch.cat([fresh, reused])
+
+    def _assign(self, keys: torch.Tensor, protect: torch.Tensor) -> torch.Tensor:
+        """Rows for the new ``keys`` (distinct, absent); the shared row for those left over."""
+        k = keys.shape[0]
+        if k >= 100 and k > self.num_rows // 10:
+            self._say("burst", logging.WARNING,
+                      "IdEmbedding: %d new ids in one batch (the budget is %d rows).",
+                      k, self.num_rows)
+        got = self._free_rows(k, protect)
+        m = got.numel()
+        out = torch.full((k,), self.num_rows, dtype=torch.long, device=keys.device)
+        out[:m] = got
+        if m < k:
+            self.overflows += k - m
+            self._say("overflow", logging.WARNING,
+                      "IdEmbedding: %d ids of one batch found no row (%d rows, all in use by "
+                      "the batch); they share row %d (%d such lookups so far).",
+                      k - m, self.num_rows, self.num_rows, int(self.overflows))
+        if m:
+            self.row_keys.index_copy_(0, got, keys[:m])
+            self._insert(keys[:m], got)
+            with torch.no_grad():
+                fresh = torch.empty(m, self.embedding_dim, dtype=self.weight.dtype,
+                                    device=self.weight.device)
+                self.init(fresh)
+                self.weight.index_copy_(0, got, fresh)
+            self.row_count[got] = 0
+            self._changed[got] = True
+            if self._tombstones > self._capacity // 8:
+                self._rebuild()
+        return out
+
+    def _say(self, what: str, level: int, msg: str, *args: Any) -> None:
+        """Log ``msg``, at most once per 30 s for each kind ``what``."""
+        now = time.monotonic()
+        if now - self._last_log.get(what, -math.inf) >= 30.0:
+            self._last_log[what] = now
+            log.log(level, msg, *args)
+
+    # ------------------------------------------------------------------ lookups
+    def _keys(self, ids: torch.Tensor) -> torch.Tensor:
+        if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() \
+                or ids.dtype == torch.bool:
+            raise type_error("IdEmbedding", "ids", "an integer tensor", ids)
+        f = self.num_features
+        if f > 1 and (ids.dim() == 0 or ids.shape[-1] != f):
+            raise ValueError(
+                f"For 'IdEmbedding', the argument 'ids' must have a last dimension of "
+                f"num_features={f}, but got shape {tuple(ids.shape)}."
+            )
+        flat = ids.reshape(-1).long()
+        feature = torch.arange(f, device=flat.device).repeat(flat.numel() // f)
+        return torch.stack([feature, flat], dim=1)
+
+    def _unique(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distinct keys and each key's index among them."""
+        f, ids = self.num_features, keys[:, 1]
+        if f == 1:
+            joined, inverse = torch.unique(ids, return_inverse=True)
+            return torch.stack([torch.zeros_like(joined), joined], dim=1), inverse
+        if ids.numel() and -(2**62) // f <= int(ids.min()) and int(ids.max()) < 2**62 // f:
+            joined, inverse = torch.unique(ids * f + keys[:, 0], return_inverse=True)
+            feature = torch.remainder(joined, f)
+            return torch.stack([feature, (joined - feature) // f], dim=1), inverse
+        return torch.unique(keys, dim=0, return_inverse=True)  # ids near the int64 limits
+
+    @torch.no_grad()
+    def _rows(self, keys: torch.Tensor) -> torch.Tensor:
+        """The row of each distinct key; in training new keys get rows and usage is counted."""
+        rows = self._find(keys)
+        new = rows < 0
+        if not self.training:
+            return rows.masked_fill_(new, self.num_rows)
+        self.clock += 1
+        if bool(new.any()):
+            rows[new] = self._assign(keys.index_select(0, new.nonzero().squeeze(1)), rows[~new])
+        held = rows[rows < self.num_rows]
+        self.row_count.index_add_(0, held, torch.ones_like(held))
+        self.row_seen.index_fill_(0, held, int(self.clock))
+        return rows
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Look ``ids`` up: ``(...,)`` ids give ``(..., embedding_dim)`` (with
+        ``num_features > 1`` the last dimension of ``ids`` is the feature).
+
+        Raises:
+            TypeError: ``ids`` is not an integer tensor.
+            ValueError: the last dimension is not ``num_features``.
+        """
+        keys, inverse = self._unique(self._keys(ids))
+        rows = self._rows(keys)
+        # index_select, not [inverse]: advanced indexing of a 2-D tensor is far slower on CPU
+        out = F.embedding(rows, self.weight, sparse=self.sparse).index_select(0, inverse)
+        return out.reshape(*ids.shape, self.embedding_dim)
+
+    def row_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """The row each id uses now, ``num_rows`` (the shared row) for an unknown one; it
+        allocates nothing."""
+        keys, inverse = self._unique(self._keys(ids))
+        with torch.no_grad():
+            rows = self._find(keys)
+        return rows.masked_fill_(rows < 0, self.num_rows)[inverse].reshape(ids.shape)
+
+    def __len__(self) -> int:
+        """Keys held."""
+        return int((self.row_keys[:, 0] >= 0).sum())
+
+    # ------------------------------------------------------------------ optimizer, state
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        """Zero ``optimizer``'s state (moments, sums) of a row handed to a new key before the
+        next step, so a new id does not inherit the moments of the id evicted from its row."""
+        self._opt_hooks.append(optimizer.register_step_pre_hook(self._reset_moments))
+
+    def _reset_moments(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self._reused:
+            return
+        rows, self._reused = torch.cat(self._reused), []
+        for value in optimizer.state.get(self.weight, {}).values():
+            if torch.is_tensor(value) and value.shape[:1] == self.weight.shape[:1]:
+                value.index_fill_(0, rows.to(value.device), 0)
+
+    def take_changed_rows(self) -> torch.Tensor:
+        """Rows whose key changed since the last call (new keys; delta publishing)."""
+        rows = self._changed.nonzero().squeeze(1)
+        self._changed.zero_()
+        return rows
+
+    @torch.no_grad()
+    def load_rows(self, name: str, rows: torch.Tensor | None, values: torch.Tensor) -> None:
+        """Set the ``rows`` (None: all) of the state tensor ``name`` (``weight`` or
+        ``row_keys``) to ``values``, keeping the hash table in step (a published delta)."""
+        target = getattr(self, name)
+        if name != "row_keys":
+            target.copy_(values) if rows is None else target.index_copy_(0, rows, values)
+            return
+        if rows is None:
+            target.copy_(values)
+            self._rebuild()
+            return
+        old = rows[self.row_keys[:, 0].index_select(0, rows) >= 0]
+        self._remove(old)
+        target.index_copy_(0, rows, values)
+        if rows.numel():
+            self.next_row.clamp_(min=int(rows.max()) + 1)
+        live = rows[values[:, 0] >= 0]
+        self._insert(self.row_keys.index_select(0, live), live)
+        if self._tombstones > self._capacity // 8:
+            self._rebuild()
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        self._rebuild()
+        self._changed.zero_()

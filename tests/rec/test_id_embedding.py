@@ -1,0 +1,195 @@
+"""IdEmbedding: one row per distinct id within a row budget, evictions counted, the id map
+saved, restored and published with the weights, any int64 id accepted."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lit_amp.rec import LazyAdam, WideDeep
+from lit_amp.rec.id_embedding import IdEmbedding
+from lit_amp.rec.publish import DeltaPublisher, load_published
+from lit_amp.serialization import load_checkpoint, save_checkpoint
+
+I64 = torch.iinfo(torch.int64)
+HOSTILE = torch.tensor([0, -1, 1, I64.min, I64.max, I64.min + 1, I64.max - 1, 2**62, -(2**62),
+                        2**32, -(2**32), 10**18, 7, -7])
+
+
+def _distinct_ids(n: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(I64.min, I64.max, (2 * n,), generator=g)
+    return torch.unique(torch.cat([HOSTILE, ids]))[:n]
+
+
+def _assert_own_rows(emb: IdEmbedding, ids: torch.Tensor) -> torch.Tensor:
+    rows = emb.row_of(ids)
+    assert (rows < emb.num_rows).all(), "an id lost its row"
+    assert torch.unique(rows).numel() == torch.unique(ids).numel(), "two ids share a row"
+    return rows
+
+
+def test_distinct_ids_never_share_a_row_until_the_budget_forces_eviction():
+    emb = IdEmbedding(1000, 4)
+    ids = _distinct_ids(1000)
+    for chunk in ids.split(64):  # the table fills up batch by batch
+        emb(chunk)
+    rows = _assert_own_rows(emb, ids)
+    assert len(emb) == 1000 and int(emb.evictions) == 0
+    assert sorted(rows.tolist()) == list(range(1000))
+    emb(ids[:900])  # these become more frequent than the last 100
+    newcomer = torch.tensor([123456789123])
+    assert newcomer not in ids
+    emb(newcomer)
+    evicted = math.ceil(1000 / 100)  # at least 1 % of the budget at a time
+    assert int(emb.evictions) == evicted and len(emb) == 1000 - evicted + 1
+    assert emb.row_of(newcomer).item() < 1000
+    gone = emb.row_of(ids) == emb.num_rows
+    assert int(gone.sum()) == evicted and not gone[:900].any()  # the least frequent went
+    _assert_own_rows(emb, torch.cat([ids[~gone], newcomer]))
+
+
+def test_lru_evicts_the_least_recently_used():
+    emb = IdEmbedding(3, 2, policy="lru")
+    for i in (1, 2, 3, 1, 2):
+        emb(torch.tensor([i]))
+    emb(torch.tensor([4]))
+    assert emb.row_of(torch.tensor([1, 2, 3, 4])).tolist()[2] == 3  # id 3: the shared row
+    assert int(emb.evictions) == 1
+
+
+def test_ids_of_different_features_get_different_rows():
+    emb = IdEmbedding(10, 2, num_features=3)
+    ids = torch.tensor([[5, 5, 5], [I64.max, I64.max, -5]])
+    emb(ids)
+    assert torch.unique(emb.row_of(ids)).numel() == 6  # 6 distinct (feature, id) pairs
+    with pytest.raises(ValueError, match="num_features=3"):
+        emb(torch.tensor([1, 2]))
+    with pytest.raises(TypeError, match="an integer tensor"):
+        emb(torch.tensor([[1.0, 2.0, 3.0]]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(I64.min, I64.max), min_size=1, max_size=40),
+                min_size=1, max_size=8))
+def test_any_int64_stream_keeps_ids_apart_within_the_budget(batches):
+    emb = IdEmbedding(64, 2, num_features=1)
+    seen: list[int] = []
+    for batch in batches:
+        ids = torch.tensor(batch, dtype=torch.long)
+        out = emb(ids)
+        assert out.shape == (len(batch), 2) and torch.isfinite(out).all()
+        seen += batch
+    assert len(emb) <= 64
+    distinct = torch.unique(torch.tensor(seen))
+    if distinct.numel() <= 64:  # no eviction: every id has its own row
+        assert int(emb.evictions) == 0
+        _assert_own_rows(emb, distinct)
+    held = emb.row_of(distinct)
+    held = held[held < 64]
+    assert torch.unique(held).numel() == held.numel()  # rows are never shared
+
+
+def test_a_burst_of_new_ids_is_logged_and_the_budget_holds(caplog):
+    emb = IdEmbedding(500, 4, sparse=True)
+    slots = emb._slots.numel()
+    with caplog.at_level(logging.INFO, logger="lit_amp.rec.id_embedding"):
+        out = emb(_distinct_ids(2000))  # more new ids than rows, in one batch
+        for seed in range(1, 30):  # then a stream of new ids, far more than the budget
+            emb(_distinct_ids(300, seed=seed))
+    assert out.shape == (2000, 4)
+    assert "2000 new ids in one batch" in caplog.text and "found no row" in caplog.text
+    assert "the table is full" in caplog.text
+    assert int(emb.overflows) == 1500 and int(emb.evictions) > 0
+    assert len(emb) <= 500 and emb.weight.shape[0] == 501 and emb._slots.numel() == slots
+
+
+def test_evaluation_reads_unknown_ids_from_the_shared_row_and_allocates_nothing():
+    emb = IdEmbedding(10, 3)
+    emb(torch.tensor([1, 2]))
+    emb.eval()
+    out = emb(torch.tensor([1, 99]))
+    assert len(emb) == 2 and torch.equal(out[1], emb.weight[10])
+    assert torch.equal(out[1], torch.zeros(3))
+
+
+def test_a_reused_row_starts_with_fresh_optimizer_moments():
+    emb = IdEmbedding(2, 2, sparse=True, policy="lru")
+    opt = LazyAdam(emb.parameters(), lr=0.1)
+    emb.attach(opt)
+    for ids in ([1, 2], [1]):
+        opt.zero_grad()
+        emb(torch.tensor(ids)).sum().backward()
+        opt.step()
+    opt.zero_grad()
+    emb(torch.tensor([3])).sum().backward()  # evicts id 2 (least recent) from row 1
+    assert emb.row_of(torch.tensor([3])).item() == 1
+    opt.step()
+    m = opt.state[emb.weight]["exp_avg"][1]
+    assert torch.allclose(m, torch.full((2,), 0.1))  # (1 - beta1) * grad: no old momentum
+
+
+def _stream(n: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(-(10**15), 10**15, (32, 26), generator=g) % 5000 * 9973
+            for _ in range(n)]
+
+
+def test_a_resumed_run_maps_ids_exactly_as_before(tmp_path):
+    def net():
+        torch.manual_seed(0)
+        return WideDeep(vocab_size=40, embed_dim=4, hidden=(8,), sparse=True,
+                        collisionless=True)
+
+    first, second = _stream(6, 1), _stream(6, 2)
+    dense = torch.rand(32, 13)
+    a = net()
+    for cat in first:
+        a({"dense": dense, "cat": cat})
+    path = tmp_path / "a.ckpt"
+    save_checkpoint(a, str(path))
+    b = net()
+    b.load_state_dict(load_checkpoint(str(path))["network"])  # weights_only=True
+    assert int(a.embedding.evictions) > 0  # the budget (1040 rows) was exceeded
+    for cat in first + second:
+        assert torch.equal(a.embedding.row_of(cat), b.embedding.row_of(cat))
+    for cat in second:  # both continue: the same allocations and evictions
+        a({"dense": dense, "cat": cat})
+        b({"dense": dense, "cat": cat})
+    assert torch.equal(a.embedding.row_keys, b.embedding.row_keys)
+    assert int(a.embedding.evictions) == int(b.embedding.evictions)
+
+
+def test_the_id_map_is_published_with_the_rows_and_served_the_same(tmp_path):
+    def net():
+        torch.manual_seed(0)
+        return WideDeep(vocab_size=40, embed_dim=4, hidden=(8,), sparse=True,
+                        collisionless=True)
+
+    trainer, served = net(), net()
+    opt = LazyAdam(trainer.parameters(), lr=0.05)
+    pub = DeltaPublisher(trainer, tmp_path, max_delta_fraction=1.0)
+    pub.attach(opt)
+    dense, payload = torch.rand(32, 13), None
+    for step, cat in enumerate(_stream(5, 3), start=1):
+        opt.zero_grad()
+        trainer({"dense": dense, "cat": cat}).sum().backward()
+        opt.step()
+        pub.publish(step)
+        payload = load_published(tmp_path, served, since=payload)  # deltas, applied in place
+        assert payload["version"] == step
+        if step > 1:
+            assert pub.last_kind == "delta" and "embedding.row_keys" in payload["network"]
+        cats = torch.cat(_stream(5, 3))
+        assert torch.equal(served.embedding.row_of(cats), trainer.embedding.row_of(cats))
+    trainer.eval(), served.eval()
+    batch = {"dense": dense, "cat": cat}
+    assert torch.equal(served(batch), trainer(batch))
+    fresh = net().eval()
+    load_published(tmp_path, fresh)  # a full replay gives the same map
+    assert torch.equal(fresh(batch), trainer(batch))
