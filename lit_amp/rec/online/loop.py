@@ -47,6 +47,7 @@ from lit_amp.rec.online.publisher import Publisher
 from lit_amp.rec.online.ranks import Ranks
 from lit_amp.rec.online.stopping import StopConditions
 from lit_amp.rec.online.validation import validate, validation_due
+from lit_amp.rec.sources.base import StreamSource
 
 __all__ = ["OnlineLoop"]
 
@@ -137,6 +138,12 @@ class OnlineLoop(MindSporeCallbackBridge):
     def _step(self) -> int:
         return int(self.cb.cur_step_num)
 
+    def _source(self) -> StreamSource | None:
+        """The stream source whose idle hook and ``end_reason`` the loop uses, or None (a plain
+        iterable, or a DataLoader whose workers hold the source)."""
+        source = self.stream.source
+        return source if isinstance(source, StreamSource) else None
+
     # ---------------------------------------------------------------- idle hook
     def _idle(self) -> bool:
         """Called by the source while it waits for data: stop checks, time-based cadences."""
@@ -199,11 +206,9 @@ class OnlineLoop(MindSporeCallbackBridge):
             self.stream.gather = self.ranks.gather
             self._bind_loss_weight()
             self.stream.can_fill = True
-        source = self.stream.source
-        if source is not None and hasattr(source, "bind_idle"):
+        source = self._source()
+        if source is not None:
             source.bind_idle(self._idle)
-        elif hasattr(self.stream.dataset, "bind_idle"):
-            self.stream.dataset.bind_idle(self._idle)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.sink:
@@ -336,13 +341,11 @@ class OnlineLoop(MindSporeCallbackBridge):
         if self.stream.agreed_stop:
             return "peer_stopped"
         if self.stream.exhausted:
-            # what the source says about its end (StreamSource.end_reason: a reset is not a
-            # clean end, an idle stop is "idle_timeout"); a plain iterable has none
-            for obj in (self.stream.source, self.stream.dataset):
-                why = getattr(obj, "end_reason", None)
-                if isinstance(why, str) and why != "stopped":
-                    return why
-            return "source_exhausted"
+            # what the source says about its end (a reset is not a clean end, an idle stop is
+            # "idle_timeout"); a plain iterable's end is "source_exhausted"
+            source = self._source()
+            why = None if source is None else source.end_reason
+            return "source_exhausted" if why in (None, "stopped") else why
         return self.stop.local_reason() or "peer_stopped"
 
     def _bind_loss_weight(self) -> None:
@@ -390,9 +393,9 @@ class OnlineLoop(MindSporeCallbackBridge):
             self.summary.skipped_steps = self.guard.skipped
             self.guard.remove()
             self.guard = None
-        for obj in (self.stream.source, self.stream.dataset):
-            if obj is not None and hasattr(obj, "bind_idle"):
-                obj.bind_idle(None)
+        source = self._source()
+        if source is not None:
+            source.bind_idle(None)
         self.stream.close()
         s = self.summary
         s.total_steps = self._step()

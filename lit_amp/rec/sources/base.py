@@ -1,28 +1,8 @@
-"""The stream-source protocol: an iterable of batches with a checkpointable cursor.
+"""The stream-source protocol (:class:`StreamSource`) and the pieces every source shares.
 
-A :class:`StreamSource` is a ``torch.utils.data.IterableDataset`` whose ``__iter__`` yields
-ready-made batches (no collation needed: wrap it in ``DataLoader(source, batch_size=None)`` if
-you want a DataLoader). Besides iteration it promises:
-
-- ``state_dict()`` returns the cursor *after the last batch yielded* (the generator is
-  suspended right after a ``yield``, so the cursor read then matches that batch exactly), and
-  ``load_state_dict(state)`` makes the next ``iter()`` continue from such a cursor. RecModel
-  reads the cursor after every batch it pulls and commits it only once that batch is trained,
-  which is what makes at-least-once delivery work.
-- ``bind_idle(fn)``: while the source waits for data it calls ``fn()`` every poll; a true
-  result ends the iteration (RecModel uses it for stop conditions and time-based publishing
-  while the stream is quiet).
-- malformed records are counted (``malformed``), logged and written to a dead-letter file
-  with their position (:class:`DeadLetterFile`), never raised and never dropped silently.
-  Every source parses a record through one path, :meth:`StreamSource._parse_record`: whatever
-  the record makes the parser raise (bad JSON, ``None``, nesting too deep for the decoder,
-  invalid UTF-8, a wrong type, a number out of range) dead-letters that record alone. When
-  the dead-letter file cannot be written (a read-only folder) the records go to the log.
-- ``end_reason`` says why the last pass of ``__iter__`` ended: ``"source_exhausted"`` (the
-  data ended: end marker, clean close, ``num_records``), ``"idle_timeout"`` (``max_idle_s``
-  spent waiting for data; time the consumer spends on a yielded batch never counts),
-  ``"stopped"`` (the idle hook asked to stop), ``"connection_reset"`` /
-  ``"connection_error"`` (restart to resume); None before the end of a pass.
+A stream source is an iterable of ready-made batches with a checkpointable cursor, an idle hook,
+a declared end reason and a dead-letter file for malformed records; the class docstring states
+the contract that ``tests/rec/sources/contract.py`` checks for every source.
 """
 
 from __future__ import annotations
@@ -33,20 +13,27 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from lit_amp._runtime import dist_ready
 
-__all__ = ["StreamSource", "DeadLetterFile", "resolve_shard"]
+__all__ = ["StreamSource", "EndReason", "END_REASONS", "DeadLetterFile", "resolve_shard"]
 
 log = logging.getLogger(__name__)
 
 _RAW_MAX = 4096  # characters of a malformed record kept in the dead-letter file
 _ERROR_MAX = 512  # characters of the reason kept
 _LINE_MAX = 16384  # bytes of one dead-letter line (JSON escapes can grow the record 6x)
+
+#: Why a pass of :meth:`StreamSource.__iter__` ended (see :attr:`StreamSource.end_reason`).
+EndReason = Literal[
+    "source_exhausted", "idle_timeout", "stopped", "connection_reset", "connection_error"
+]
+#: Every :data:`EndReason`, in that order.
+END_REASONS: tuple[str, ...] = get_args(EndReason)
 
 
 def resolve_shard(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -199,9 +186,37 @@ def _to_text(record: Any) -> str:
 class StreamSource(IterableDataset):
     """Base class of the stream sources: batches, a cursor, an idle hook, a dead-letter file.
 
-    Subclasses implement ``__iter__`` (yielding batches and keeping ``self._cursor`` equal to
-    the position after the last batch yielded, parsing records with :meth:`_parse_record`,
-    setting :attr:`end_reason` when a pass ends), and ``_restore(state)``.
+    ``__iter__`` yields ready-made batches (no collation: wrap the source in
+    ``DataLoader(source, batch_size=None)`` if you want a DataLoader). ``RecModel.online_train``
+    relies on exactly what this class declares, and ``tests/rec/sources/contract.py`` checks it
+    for every source:
+
+    - **Cursor.** :meth:`state_dict` is the position *after the last batch yielded* (the
+      generator is suspended right after a ``yield``, so the cursor read then matches that
+      batch); a new source given it by :meth:`load_state_dict` continues exactly there:
+      nothing repeated, nothing skipped. RecModel reads it after every batch and commits it
+      once that batch is trained (at-least-once delivery).
+    - **End of a pass.** Iteration ends by returning (never by raising) and sets
+      :attr:`end_reason`; a pass after the data ended yields nothing and ends the same way.
+    - **Idle timeout.** A source that waits for data ends a pass with ``"idle_timeout"``
+      after :attr:`max_idle_s` seconds spent waiting (the time the consumer holds a yielded
+      batch never counts); while it waits it calls the :meth:`bind_idle` hook at least every
+      poll interval, and a true result ends the pass with ``"stopped"``.
+    - **Bad rows.** A record that is not valid is never yielded and never raised: it goes to
+      :attr:`dead_letter` with its position and reason and is counted in :attr:`malformed`.
+      Every record goes through :meth:`_parse_record` (or a schema method that agrees with
+      it), so whatever the parser raises sets that record alone aside.
+
+    A subclass implements ``__iter__`` (keeping ``self._cursor`` equal to the position after
+    the last batch yielded and setting :attr:`end_reason` when a pass ends) and
+    ``_restore(state)`` (validate and adopt a cursor).
+
+    Attributes:
+        end_reason: why the last pass ended (:data:`EndReason`), None before a pass ends.
+        max_idle_s: seconds of waiting for data that end a pass (None: never).
+        dead_letter: the :class:`DeadLetterFile` malformed records go to.
+        records_read: valid records yielded by this object.
+        batches_read: batches yielded by this object.
 
     Args:
         dead_letter_path: where malformed records go (None: logged only).
@@ -211,24 +226,33 @@ class StreamSource(IterableDataset):
         >>> class Countdown(StreamSource):
         ...     def __init__(self, n):
         ...         super().__init__(name="Countdown")
-        ...         self.n = n
         ...         self._cursor = {"left": n}
         ...     def __iter__(self):
+        ...         self.end_reason = None
         ...         while self._cursor["left"] > 0:
         ...             self._cursor = {"left": self._cursor["left"] - 1}
         ...             yield (torch.zeros(2, 3), torch.ones(2))
+        ...         self.end_reason = "source_exhausted"
         >>> src = Countdown(3)
-        >>> it = iter(src); _ = next(it); src.state_dict()
-        {'left': 2}
+        >>> it = iter(src); _ = next(it); src.state_dict(), src.end_reason
+        ({'left': 2}, None)
+        >>> _ = list(it); src.end_reason
+        'source_exhausted'
     """
 
     #: Why the last pass of ``__iter__`` ended: ``"source_exhausted"`` (the data ended: an end
-    #: marker, a clean close, ``num_records``), ``"idle_timeout"`` (``max_idle_s`` spent
-    #: waiting for data, never counting the time the consumer spends on a yielded batch),
-    #: ``"stopped"`` (the idle hook asked to stop), ``"connection_reset"`` /
+    #: marker, a clean close, ``num_records``), ``"idle_timeout"`` (:attr:`max_idle_s` spent
+    #: waiting for data), ``"stopped"`` (the idle hook asked to stop), ``"connection_reset"`` /
     #: ``"connection_error"`` (the connection broke: restart to resume). None while a pass
     #: runs or before the first; ``RecModel.online_train`` reports it as ``stop_reason``.
-    end_reason: str | None = None
+    end_reason: EndReason | None = None
+    #: Seconds spent waiting for data after which a pass ends with ``"idle_timeout"``; the
+    #: time the consumer holds a yielded batch does not count. None: the source never ends for
+    #: idleness (it waits, calling the idle hook, until the data ends or the hook says stop).
+    max_idle_s: float | None = None
+    dead_letter: DeadLetterFile
+    records_read: int
+    batches_read: int
 
     def __init__(self, *, dead_letter_path: str | os.PathLike | None = None, name: str) -> None:
         super().__init__()
@@ -236,7 +260,7 @@ class StreamSource(IterableDataset):
         self.dead_letter = DeadLetterFile(dead_letter_path, name)
         self._idle_fn: Callable[[], bool] | None = None
         self._cursor: dict[str, Any] = {}
-        self.records_read = 0  # valid records yielded (this process)
+        self.records_read = 0
         self.batches_read = 0
 
     # ------------------------------------------------------------------ protocol

@@ -9,9 +9,6 @@ because the cursor is the *set* of consumed files, not a high-water mark.
 
 The stream ends when ``end_marker`` exists and every file of this shard is consumed, or after
 ``max_idle_s`` without a new file; otherwise it polls forever.
-
-Size: one class whose iteration, cursor, file identity, retries and deletion share the
-state of the folder being tailed; ~500 lines with its docstrings.
 """
 
 from __future__ import annotations
@@ -241,8 +238,6 @@ class DirectorySource(StreamSource):
         self.linger_s = linger_s
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = rank, world_size
-        # end_reason (StreamSource): "idle_timeout" (max_idle_s without a new file),
-        # "source_exhausted" (the end_marker), "stopped" (the idle hook)
         self.delete_consumed = delete_consumed
         self.files_deleted = 0
         self._cursor = {"done": frozenset(), "partial": {}}
@@ -482,82 +477,118 @@ class DirectorySource(StreamSource):
         return None
 
     def __iter__(self) -> Iterator[Any]:
-        shard, nshards = resolve_shard(self.rank, self.world_size)
-        done: frozenset[str] = self._cursor["done"]
-        partial: dict[str, int] = dict(self._cursor["partial"])
-        queue: deque[str] = deque()
-        queued: set[str] = set()
-        cur: _OpenFile | None = None
-        parts: list[Columns] = []
-        nbuf = 0
-        buf_since = 0.0
-        last_new = time.monotonic()
-        bs = self.batch_size
+        """Batches in file-name order; ``end_reason``: ``"source_exhausted"`` (the end marker,
+        every file consumed), ``"idle_timeout"`` (``max_idle_s`` without a new file) or
+        ``"stopped"`` (the idle hook)."""
+        tail = _Tail(self, *resolve_shard(self.rank, self.world_size))
         self.end_reason = None
-
-        def emit() -> Any:
-            nonlocal parts, nbuf
-            cols = self.schema.concat(parts)
-            self._cursor = {"done": done, "partial": dict(partial)}
-            parts, nbuf = [], 0
-            n = len(cols["id"])
-            self.records_read += n
-            self.batches_read += 1
-            return self.schema.to_batch(cols)
-
-        def scan() -> None:
-            nonlocal done
-            current = cur.name if cur is not None else None
-            done, new = self._new_files(done, queued | {current}, shard, nshards)
-            queue.extend(new)
-            queued.update(new)
-
         while True:
-            if cur is None:
-                if not queue:
-                    scan()
-                while queue and cur is None:
-                    name = queue.popleft()
-                    queued.discard(name)
-                    last_new = time.monotonic()
-                    opened = self._read(name, partial.get(name, 0))
-                    if opened is _RETRY or opened is _GONE:
-                        continue
-                    if opened is None or opened.remaining == 0:
-                        done = done | {name}
-                        partial.pop(name, None)
-                    else:
-                        cur = opened
-            if cur is not None:
-                take = min(bs - nbuf, cur.remaining)
-                if nbuf == 0:
-                    buf_since = time.monotonic()
-                parts.append(self.schema.slice(cur.cols, cur.k, cur.k + take))
-                nbuf += take
-                cur.k += take
-                if cur.remaining == 0:
-                    done = done | {cur.name}
-                    partial.pop(cur.name, None)
-                    cur = None
-                else:
-                    partial[cur.name] = cur.position
-                if nbuf == bs:
-                    t_out = time.monotonic()
-                    yield emit()
-                    last_new += time.monotonic() - t_out  # training time is not idle time
+            if tail.fill():  # a full batch
+                t_out = time.monotonic()
+                yield tail.emit()
+                tail.last_new += time.monotonic() - t_out  # training time is not idle time
                 continue
             # nothing to read now
             now = time.monotonic()
-            if nbuf and self.linger_s is not None and now - buf_since >= self.linger_s:
-                yield emit()
+            if tail.nbuf and self.linger_s is not None and now - tail.buf_since >= self.linger_s:
+                yield tail.emit()
                 continue
-            reason = self._stream_end(now - last_new, lambda: (scan(), not queue)[1])
+            reason = self._stream_end(now - tail.last_new, tail.drained)
             if reason is not None:
                 self.end_reason = reason
-                if nbuf and not self.drop_last:
-                    yield emit()
+                if tail.nbuf and not self.drop_last:
+                    yield tail.emit()
                 return
             if self._idle():
                 self.end_reason = "stopped"
                 return
             self._sleep(self.poll_interval)
+
+
+class _Tail:
+    """One pass of :meth:`DirectorySource.__iter__`: the scan position, the open file and the
+    batch being built.
+
+    ``done`` / ``partial`` are the cursor as the read pointer advances; the source's cursor
+    becomes a copy of them only when a batch is emitted (so it always matches the last batch
+    yielded). ``queue`` holds this shard's listed files not yet opened, in name order.
+    """
+
+    def __init__(self, source: DirectorySource, shard: int, nshards: int) -> None:
+        self.source = source
+        self.shard, self.nshards = shard, nshards
+        self.done: frozenset[str] = source._cursor["done"]
+        self.partial: dict[str, int] = dict(source._cursor["partial"])
+        self.queue: deque[str] = deque()
+        self.queued: set[str] = set()
+        self.cur: _OpenFile | None = None
+        self.parts: list[Columns] = []  # the batch being built
+        self.nbuf = 0  # records in it
+        self.buf_since = 0.0  # when its first record was taken
+        self.last_new = time.monotonic()  # when a file was last opened (the idle clock)
+
+    def scan(self) -> None:
+        """List the folder: queue this shard's new files, drop removed ones from ``done``."""
+        skip = self.queued | {self.cur.name if self.cur is not None else None}
+        self.done, new = self.source._new_files(self.done, skip, self.shard, self.nshards)
+        self.queue.extend(new)
+        self.queued.update(new)
+
+    def drained(self) -> bool:
+        """Rescan; True when nothing is left to read (for the end marker)."""
+        self.scan()
+        return not self.queue
+
+    def _consumed(self, name: str) -> None:
+        self.done = self.done | {name}
+        self.partial.pop(name, None)
+
+    def open_next(self) -> None:
+        """Open queued files (scanning first when the queue is empty) until one has rows."""
+        if not self.queue:
+            self.scan()
+        while self.queue and self.cur is None:
+            name = self.queue.popleft()
+            self.queued.discard(name)
+            self.last_new = time.monotonic()
+            opened = self.source._read(name, self.partial.get(name, 0))
+            if opened is _RETRY or opened is _GONE:
+                continue
+            if opened is None or opened.remaining == 0:
+                self._consumed(name)
+            else:
+                self.cur = opened
+
+    def fill(self) -> bool:
+        """Move rows of the open files into the batch; True once it is full, False when no
+        file has rows left now."""
+        bs = self.source.batch_size
+        while True:
+            if self.cur is None:
+                self.open_next()
+            cur = self.cur
+            if cur is None:
+                return False
+            take = min(bs - self.nbuf, cur.remaining)
+            if self.nbuf == 0:
+                self.buf_since = time.monotonic()
+            self.parts.append(self.source.schema.slice(cur.cols, cur.k, cur.k + take))
+            self.nbuf += take
+            cur.k += take
+            if cur.remaining == 0:
+                self._consumed(cur.name)
+                self.cur = None
+            else:
+                self.partial[cur.name] = cur.position
+            if self.nbuf == bs:
+                return True
+
+    def emit(self) -> Any:
+        """The batch built so far; the source's cursor becomes this position."""
+        src = self.source
+        cols = src.schema.concat(self.parts)
+        src._cursor = {"done": self.done, "partial": dict(self.partial)}
+        self.parts, self.nbuf = [], 0
+        src.records_read += len(cols["id"])
+        src.batches_read += 1
+        return src.schema.to_batch(cols)
