@@ -1,25 +1,16 @@
 """MindSpore's boost mode on Lightning: ``AutoBoost`` and one module per algorithm.
 
-Each algorithm has a pure-PyTorch functional core and a Lightning callback:
-
-=====================  =====================================  ==================================
-module                 callback                               functional core
-=====================  =====================================  ==================================
-``less_bn``            :class:`LessBN`                        ``remove_residual_bn``,
-                                                              ``replace_head_with_fn``,
-                                                              ``centralize_gradients_``
-``grad_freeze``        :class:`GradientFreeze`                ``split_parameter_groups``,
-                                                              ``freeze_schedule``
-``grad_accumulation``  :class:`GradientAccumulation`          ``accumulation_boundary``
-``adasum``             :class:`AdaSum`                        ``adasum_combine``,
-                                                              ``adasum_allreduce_``
-``dim_reduce``         :class:`DimReduce`                     ``DimReduceOptimizer``,
-                                                              ``compute_pca_matrix``
-``group_loss_scale``   (a loss-scale manager)                 :class:`GroupLossScaleManager`
-=====================  =====================================  ==================================
+Each algorithm has a pure-PyTorch functional core and a Lightning callback
+(:class:`~lit_amp.boost.base.BoostAlgorithm`); :mod:`lit_amp.boost.registry` lists them, one
+entry each (module, callback, functional core, config section and defaults, levels, what it
+composes with): ``less_bn`` (:class:`LessBN`), ``grad_freeze`` (:class:`GradientFreeze`),
+``adasum`` (:class:`AdaSum`, the subpackage :mod:`lit_amp.boost.adasum`),
+``grad_accumulation`` (:class:`GradientAccumulation`), ``dim_reduce`` (:class:`DimReduce`),
+``loss_scale_group`` (:class:`LossScaleGroup` + :class:`GroupLossScaleManager`).
 
 ``AutoBoost(level, boost_config_dict)`` picks them from MindSpore's level table and config
-schema (:mod:`lit_amp.boost.config`). Names are imported lazily (PEP 562).
+schema (:mod:`lit_amp.boost.config`, derived from the registry). Names are imported lazily
+(PEP 562).
 
 Example:
     >>> from lit_amp.boost import AutoBoost
@@ -45,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "DimReduce": "lit_amp.boost.dim_reduce",
     "DimReduceOptimizer": "lit_amp.boost.dim_reduce",
     "GroupLossScaleManager": "lit_amp.boost.group_loss_scale",
+    "LossScaleGroup": "lit_amp.boost.group_loss_scale",
 }
 
 __all__ = sorted(_EXPORTS)

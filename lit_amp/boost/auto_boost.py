@@ -1,28 +1,20 @@
 """``AutoBoost``: MindSpore's boost levels as one Lightning callback (docs/semantics.md §3.1-3.3).
 
 ``AutoBoost(level, boost_config_dict)`` resolves the level table and the config
-(:mod:`lit_amp.boost.config`) into the algorithm callbacks, in MindSpore's order:
-
-- ``dim_reduce`` on: :class:`~lit_amp.boost.dim_reduce.DimReduce` **only** (MindSpore returns
-  before applying anything else);
-- otherwise ``less_bn`` -> :class:`~lit_amp.boost.less_bn.LessBN` (``fn_flag``, ``gc_flag``),
-  ``grad_freeze`` -> :class:`~lit_amp.boost.grad_freeze.GradientFreeze`, ``adasum`` ->
-  :class:`~lit_amp.boost.adasum.AdaSum` (``local_size = common.device_number``),
-  ``grad_accumulation`` with ``grad_accumulation_step > 1`` ->
-  :class:`~lit_amp.boost.grad_accumulation.GradientAccumulation`, ``loss_scale_group`` -> the
-  module's ``loss_scale_manager`` must be a
-  :class:`~lit_amp.boost.group_loss_scale.GroupLossScaleManager` (TypeError otherwise).
-
-``common.gradient_split_groups`` (MindSpore's allreduce fusion split points) is accepted and
-not used: DDP's ``bucket_cap_mb`` is PyTorch's knob for the same thing.
+(:mod:`lit_amp.boost.config`) and builds the algorithm callbacks of
+:mod:`lit_amp.boost.registry` that are on, in the registry's (MindSpore's) order, each by its
+class's ``from_boost_config``. An algorithm that composes only with some others keeps only
+those beside it: with ``dim_reduce`` on, only ``loss_scale_group`` stays (MindSpore returns
+before applying anything else).
 
 It is an ordinary callback: ``Trainer(callbacks=[AutoBoost("O1")])`` works with any
 LightningModule. It acts on ``pl_module.network`` when that is a Module (``LitModel``), else on
 the module itself. Network surgery happens in ``setup`` (before AMP conversion in
 ``configure_model`` and before DDP wrapping); hooks are attached at ``on_fit_start`` and removed
 (trainable flags restored) at the end of fit. It overrides none of Lightning's gradient hooks,
-so ``LitModel``'s fast path stays on. Its state (the freeze schedule position) is saved in
-Lightning checkpoints. Each instance is independent: there is no process-wide singleton.
+so ``LitModel``'s fast path stays on. The algorithms' state is saved in Lightning checkpoints
+and, by ``LitModel``, under ``"lit_amp_boost"``. Each instance is independent: there is no
+process-wide singleton.
 
 Boost is not applied with THOR (MindSpore's ``ModelThor`` builds its own train step): a
 warning, nothing changes.
@@ -46,13 +38,9 @@ import torch
 from torch import nn
 
 from lit_amp._runtime import unwrap_optimizer
-from lit_amp.boost.adasum.callback import AdaSum
 from lit_amp.boost.base import BoostAlgorithm, is_thor_optimizer
 from lit_amp.boost.config import BoostConfig, parse_boost_config
-from lit_amp.boost.dim_reduce import DimReduce
-from lit_amp.boost.grad_accumulation import GradientAccumulation
-from lit_amp.boost.grad_freeze import GradientFreeze
-from lit_amp.boost.less_bn import LessBN
+from lit_amp.boost.registry import ALGORITHMS
 
 __all__ = ["AutoBoost", "build_algorithms"]
 
@@ -60,34 +48,18 @@ log = logging.getLogger(__name__)
 
 
 def build_algorithms(config: BoostConfig) -> list[BoostAlgorithm]:
-    """The algorithm callbacks of a resolved config, in MindSpore's order."""
-    flags = config.flags
-    if flags["dim_reduce"]:
-        section = config.section("dim_reduce")
-        if config.mode == "enable_all" and not (
-            section.get("pca_mat_path") or section.get("weight_load_dir")
-        ):
-            # MindSpore 2.10 accepts this at AutoBoost() and fails at the network build with
-            # "The weight_load_dir: None is None / not exists"; lit_amp fails here, saying why
-            raise ValueError(
-                "boost_config_dict {'boost': {'mode': 'enable_all'}} turns on dim_reduce, which "
-                "needs a PCA source: set boost_config_dict['dim_reduce']['pca_mat_path'] (a .npy "
-                "matrix) or ['weight_load_dir'] (a directory of .ckpt files), or use mode "
-                "'manual' with the features you want."
-            )
-        return [DimReduce(**section)]
-    algos: list[BoostAlgorithm] = []
-    if flags["less_bn"]:
-        algos.append(LessBN(**config.section("less_bn")))
-    if flags["grad_freeze"]:
-        algos.append(GradientFreeze(**config.section("grad_freeze")))
-    if flags["adasum"]:
-        algos.append(AdaSum(local_size=config.section("common")["device_number"]))
-    if flags["grad_accumulation"]:
-        step = config.section("grad_accumulation")["grad_accumulation_step"]
-        if step > 1:
-            algos.append(GradientAccumulation(step))
-    return algos
+    """The algorithm callbacks of a resolved config, in the registry's order.
+
+    Raises:
+        ValueError: an algorithm refuses its settings (``dim_reduce`` in mode ``enable_all``
+            without a PCA source).
+    """
+    on = [a for a in ALGORITHMS if config.flags[a.name]]
+    for algo in list(on):
+        if algo in on:  # not dropped by an algorithm before it
+            on = [other for other in on if algo.composes(other.name)]
+    built = (a.load().from_boost_config(config) for a in on)
+    return [b for b in built if b is not None]
 
 
 class AutoBoost(L.Callback):
@@ -155,16 +127,15 @@ class AutoBoost(L.Callback):
             return network, optimizer
         for algo in self.algorithms:
             algo.apply_to_network(network)
-            if optimizer is not None and isinstance(algo, LessBN):
+            if optimizer is not None:
                 algo.sync_optimizer(unwrap_optimizer(optimizer))
         return network, optimizer
 
     def network_auto_process_eval(self, network: nn.Module) -> nn.Module:
-        """The evaluation network gets the same surgery (LessBN); MindSpore's method name."""
+        """The evaluation network gets the surgery it needs (LessBN's); MindSpore's name."""
         if not self._disabled:
             for algo in self.algorithms:
-                if isinstance(algo, LessBN):
-                    algo.apply_to_network(network)
+                algo.apply_to_eval_network(network)
         return network
 
     def attach(
@@ -198,32 +169,10 @@ class AutoBoost(L.Callback):
             self._disable_for_thor()
         if self._disabled:
             return
-        if self.config.flags["loss_scale_group"]:
-            self._check_group_manager(pl_module)
-        adasum = self.get_algorithm("adasum")
-        sync_off = isinstance(adasum, AdaSum) and adasum.unsyncs_ddp(trainer.world_size)
+        sync_off = any(a.unsyncs_ddp(trainer.world_size) for a in self.algorithms)
         for algo in self.algorithms:
             algo.ddp_gradient_sync_off = sync_off
             algo.setup(trainer, pl_module, stage)
-
-    @staticmethod
-    def _check_group_manager(pl_module: Any) -> None:
-        from lit_amp.boost.group_loss_scale import GroupLossScaleManager
-
-        kwargs = getattr(pl_module, "amp_kwargs", None)
-        if kwargs is None:
-            log.warning(
-                "AutoBoost: 'loss_scale_group' is on but %s has no loss_scale_manager; use "
-                "lit_amp.LitModel(..., loss_scale_manager=GroupLossScaleManager(...)).",
-                type(pl_module).__name__,
-            )
-            return
-        manager = kwargs.get("loss_scale_manager")
-        if not isinstance(manager, GroupLossScaleManager):
-            raise TypeError(
-                "boost 'loss_scale_group' needs loss_scale_manager to be a "
-                f"GroupLossScaleManager, but got {type(manager).__name__}."
-            )
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if any(is_thor_optimizer(o) for o in trainer.optimizers):

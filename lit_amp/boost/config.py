@@ -1,28 +1,20 @@
 """Boost levels and ``boost_config_dict``: MindSpore's schema, checked (docs/semantics.md §3.1-3.2).
 
-Pure Python. :func:`parse_boost_config` turns a level and a ``boost_config_dict`` (a dict, a
-JSON file path, ``""`` or None) into a frozen :class:`BoostConfig`: which algorithms are on and
-the settings of each, with MindSpore's defaults filled in. Nothing here is global or mutable:
-MindSpore's ``AutoBoost`` singleton and its in-place edit of the level table are bugs that
-lit_amp does not reproduce.
+:func:`parse_boost_config` turns a level and a ``boost_config_dict`` (a dict, a JSON file path,
+``""`` or None) into a frozen :class:`BoostConfig`: which algorithms are on and the settings of
+each, with MindSpore's defaults filled in. Nothing here is global or mutable: MindSpore's
+``AutoBoost`` singleton and its in-place edit of the level table are bugs that lit_amp does not
+reproduce.
 
-The schema (every key optional)::
+The schema (every key optional) comes from :mod:`lit_amp.boost.registry`::
 
     {"boost": {"mode": "auto" | "manual" | "enable_all" | "disable_all",
-               "less_bn": bool, "grad_freeze": bool, "adasum": bool,
-               "grad_accumulation": bool, "dim_reduce": bool, "loss_scale_group": bool},
+               <algorithm name>: bool, ...},
      "common": {"gradient_split_groups": [50, 100], "device_number": 8},
-     "less_bn": {"fn_flag": True, "gc_flag": True},
-     "grad_freeze": {"param_groups": 10, "freeze_type": 1, "freeze_p": 0.7,
-                     "total_steps": 65536, "seed": 0},
-     "grad_accumulation": {"grad_accumulation_step": 1},
-     "dim_reduce": {"rho": 0.55, "gamma": 0.9, "alpha": 0.001, "sigma": 0.4,
-                    "n_components": 32, "pca_mat_path": None, "weight_load_dir": None,
-                    "timeout": 1800}}
+     <algorithm name>: {<setting>: <value>, ...}, ...}
 
-``grad_freeze.seed`` is a lit_amp addition (MindSpore draws the schedule from the unseeded
-global numpy generator, so ranks and runs disagree). Unknown keys, unknown modes and values of
-the wrong type raise ValueError / TypeError naming the key, the value and what is allowed.
+Unknown keys, unknown modes and values of the wrong type raise ValueError / TypeError naming
+the key, the value and what is allowed.
 
 Example:
     >>> cfg = parse_boost_config("O1")
@@ -31,6 +23,8 @@ Example:
     >>> cfg = parse_boost_config("O1", {"boost": {"mode": "manual", "grad_freeze": False}})
     >>> cfg.enabled, cfg.section("less_bn")["fn_flag"]
     (('less_bn',), True)
+    >>> DEFAULT_SECTIONS["grad_freeze"]["seed"]  # lit_amp's addition: a seeded schedule
+    0
 """
 
 from __future__ import annotations
@@ -45,6 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from lit_amp.amp.levels import BOOST_LEVELS
+from lit_amp.boost.registry import ALGORITHMS, COMMON, Setting
 
 __all__ = [
     "BOOST_MODES",
@@ -57,87 +52,25 @@ __all__ = [
 ]
 
 BOOST_MODES = ("auto", "manual", "enable_all", "disable_all")
-BOOST_FEATURES = (
-    "less_bn",
-    "grad_freeze",
-    "adasum",
-    "grad_accumulation",
-    "dim_reduce",
-    "loss_scale_group",
-)
+#: the algorithms' flags, in MindSpore's order
+BOOST_FEATURES: tuple[str, ...] = tuple(a.name for a in ALGORITHMS)
 
-#: MindSpore's ``_boost_config_level`` (read-only here).
-LEVEL_TABLE: Mapping[str, Mapping[str, bool]] = MappingProxyType(
-    {
-        "O0": MappingProxyType(dict.fromkeys(BOOST_FEATURES, False)),
-        "O1": MappingProxyType(
-            {**dict.fromkeys(BOOST_FEATURES, False), "less_bn": True, "grad_freeze": True}
-        ),
-        "O2": MappingProxyType(
-            {
-                **dict.fromkeys(BOOST_FEATURES, False),
-                "less_bn": True,
-                "grad_freeze": True,
-                "adasum": True,
-            }
-        ),
-    }
-)
+#: MindSpore's ``_boost_config_level`` (read-only here): level -> flag -> on
+LEVEL_TABLE: Mapping[str, Mapping[str, bool]] = MappingProxyType({
+    level: MappingProxyType({a.name: level in a.levels for a in ALGORITHMS})
+    for level in BOOST_LEVELS
+})
 
-_NUM = (int, float)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, _NUM) and not isinstance(v, bool)
-
-
-def _is_opt_str(v: Any) -> bool:
-    return v is None or isinstance(v, (str, os.PathLike))
-
-
-def _is_int_list(v: Any) -> bool:
-    return isinstance(v, (list, tuple)) and all(_is_int(i) for i in v)
-
-
-# section -> key -> (default, type check, type description, value check or None, value description)
-_SCHEMA: dict[str, dict[str, tuple]] = {
-    "common": {
-        "gradient_split_groups": ([50, 100], _is_int_list, "a list of ints", None, ""),
-        "device_number": (8, _is_int, "an int", lambda v: v > 0, "> 0"),
-    },
-    "less_bn": {
-        "fn_flag": (True, lambda v: isinstance(v, bool), "a bool", None, ""),
-        "gc_flag": (True, lambda v: isinstance(v, bool), "a bool", None, ""),
-    },
-    "grad_freeze": {
-        "param_groups": (10, _is_int, "an int", lambda v: v > 0, "> 0"),
-        "freeze_type": (1, _is_int, "an int", lambda v: v in (0, 1), "0 or 1"),
-        "freeze_p": (0.7, _is_num, "a float", lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
-        "total_steps": (65536, _is_int, "an int", lambda v: v > 0, "> 0"),
-        "seed": (0, _is_int, "an int", lambda v: v >= 0, ">= 0"),
-    },
-    "grad_accumulation": {
-        "grad_accumulation_step": (1, _is_int, "an int", lambda v: v >= 1, ">= 1"),
-    },
-    "dim_reduce": {
-        "rho": (0.55, _is_num, "a float", lambda v: 0.0 < v < 1.0, "in (0, 1)"),
-        "gamma": (0.9, _is_num, "a float", lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
-        "alpha": (0.001, _is_num, "a float", lambda v: v >= 0.0, ">= 0"),
-        "sigma": (0.4, _is_num, "a float", lambda v: 0.0 < v < 1.0, "in (0, 1)"),
-        "n_components": (32, _is_int, "an int", lambda v: v > 0, "> 0"),
-        "pca_mat_path": (None, _is_opt_str, "a str path or None", None, ""),
-        "weight_load_dir": (None, _is_opt_str, "a str path or None", None, ""),
-        "timeout": (1800, _is_int, "an int", lambda v: v > 0, "> 0"),
-    },
+#: section -> key -> its Setting
+_SCHEMA: dict[str, Mapping[str, Setting]] = {
+    "common": COMMON,
+    **{a.name: a.settings for a in ALGORITHMS if a.settings},
 }
 
 #: Every section's defaults (MindSpore's, plus ``grad_freeze.seed``).
 DEFAULT_SECTIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
-    {s: MappingProxyType({k: spec[0] for k, spec in keys.items()}) for s, keys in _SCHEMA.items()}
+    {s: MappingProxyType({k: spec.default for k, spec in keys.items()})
+     for s, keys in _SCHEMA.items()}
 )
 _TOP_KEYS = ("boost", *_SCHEMA)
 
@@ -233,20 +166,21 @@ def _check_section(name: str, values: Any) -> dict[str, Any]:
             f"boost_config_dict['{name}'] has unknown key(s) {unknown}; the allowed keys are "
             f"{list(schema)}."
         )
-    out = {k: copy.deepcopy(spec[0]) for k, spec in schema.items()}
+    out = {k: copy.deepcopy(spec.default) for k, spec in schema.items()}
     for key, value in values.items():
-        _, type_ok, type_desc, value_ok, value_desc = schema[key]
-        if not type_ok(value):
+        spec = schema[key]
+        if not spec.type_ok(value):
             raise TypeError(
-                f"boost_config_dict['{name}']['{key}'] must be {type_desc}, but got {value!r}."
+                f"boost_config_dict['{name}']['{key}'] must be {spec.type_name}, but got "
+                f"{value!r}."
             )
-        if _is_num(value) and isinstance(value, float) and not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(
                 f"boost_config_dict['{name}']['{key}'] must be finite, but got {value!r}."
             )
-        if value_ok is not None and not value_ok(value):
+        if not spec.value_ok(value):
             raise ValueError(
-                f"boost_config_dict['{name}']['{key}'] must be {value_desc}, but got {value!r}."
+                f"boost_config_dict['{name}']['{key}'] must be {spec.allowed}, but got {value!r}."
             )
         out[key] = list(value) if isinstance(value, tuple) else value
     return out

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -46,7 +46,10 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from lit_amp._runtime import dist_ready, unwrap_optimizer
-from lit_amp.boost.base import BoostAlgorithm
+from lit_amp.boost.base import BoostAlgorithm, find_network
+
+if TYPE_CHECKING:
+    from lit_amp.boost.config import BoostConfig
 
 __all__ = [
     "DimReduce",
@@ -325,14 +328,20 @@ class DimReduceOptimizer(torch.optim.Optimizer):
         self._assign(w_old - delta)
         return ret
 
+    def subspace_state(self) -> dict[str, Any]:
+        """The quasi-Newton and momentum state (``bk``, ``sk``, ``gk_last``, ``mom``)."""
+        return {"bk": self.bk, "sk": self.sk, "gk_last": self.gk_last, "mom": self.mom}
+
+    def load_subspace_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`subspace_state`."""
+        dev = self.pca.device
+        self.bk, self.sk, self.mom = (state[k].to(dev) for k in ("bk", "sk", "mom"))
+        gk = state["gk_last"]
+        self.gk_last = None if gk is None else gk.to(dev)
+
     def state_dict(self) -> dict[str, Any]:
         sd = super().state_dict()
-        sd["dim_reduce"] = {
-            "bk": self.bk,
-            "sk": self.sk,
-            "gk_last": self.gk_last,
-            "mom": self.mom,
-        }
+        sd["dim_reduce"] = self.subspace_state()
         return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -340,8 +349,7 @@ class DimReduceOptimizer(torch.optim.Optimizer):
         extra = state_dict.pop("dim_reduce", None)
         super().load_state_dict(state_dict)
         if extra is not None:
-            self.bk, self.sk, self.mom = extra["bk"], extra["sk"], extra["mom"]
-            self.gk_last = extra["gk_last"]
+            self.load_subspace_state(extra)
 
 
 def _bn_buffers(network: nn.Module) -> list[Tensor]:
@@ -392,8 +400,30 @@ class DimReduce(BoostAlgorithm):
         self.timeout = timeout
         self.loss_fn = loss_fn
         self.optimizer: DimReduceOptimizer | None = None
+        self._pending: dict[str, Any] | None = None  # loaded before the optimizer exists
         self._pl_module: Any = None
         self._network: nn.Module | None = None
+
+    @classmethod
+    def from_boost_config(cls, config: BoostConfig) -> DimReduce:
+        """``DimReduce(**section)``; ``enable_all`` without a PCA source is refused here.
+
+        Raises:
+            ValueError: mode ``enable_all`` and neither ``pca_mat_path`` nor
+                ``weight_load_dir`` (MindSpore 2.10 accepts it at ``AutoBoost()`` and fails at
+                the network build with "The weight_load_dir: None is None / not exists").
+        """
+        section = config.section(cls.name)
+        if config.mode == "enable_all" and not (
+            section.get("pca_mat_path") or section.get("weight_load_dir")
+        ):
+            raise ValueError(
+                "boost_config_dict {'boost': {'mode': 'enable_all'}} turns on dim_reduce, which "
+                "needs a PCA source: set boost_config_dict['dim_reduce']['pca_mat_path'] (a .npy "
+                "matrix) or ['weight_load_dir'] (a directory of .ckpt files), or use mode "
+                "'manual' with the features you want."
+            )
+        return cls(**section)
 
     def make_optimizer(self, network: nn.Module) -> DimReduceOptimizer:
         """Build the PCA matrix and the optimizer for ``network`` (pure torch)."""
@@ -402,8 +432,6 @@ class DimReduce(BoostAlgorithm):
         return DimReduceOptimizer(params, pca, self.rho, self.gamma, self.alpha, self.sigma)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        from lit_amp.boost.base import find_network
-
         network = find_network(pl_module)
         if self.loss_fn is None and not hasattr(pl_module, "loss_of"):
             raise ValueError(
@@ -411,6 +439,9 @@ class DimReduce(BoostAlgorithm):
                 "DimReduce(loss_fn=lambda module, batch: ...) for the line search."
             )
         self.optimizer = self.make_optimizer(network)
+        if self._pending is not None:
+            self.optimizer.load_subspace_state(self._pending)
+            self._pending = None
         old = [unwrap_optimizer(o) for o in trainer.optimizers]
         if trainer.lr_scheduler_configs:
             log.warning("DimReduce replaces the optimizer; its LR schedulers are dropped.")
@@ -442,6 +473,21 @@ class DimReduce(BoostAlgorithm):
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         if self.optimizer is not None:
             self.optimizer.set_loss_fn(None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's subspace state (empty before the first fit): a resumed run
+        continues the same quasi-Newton steps."""
+        if self.optimizer is not None:
+            return dict(self.optimizer.subspace_state())
+        return dict(self._pending or {})
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not state_dict:
+            return
+        if self.optimizer is not None:
+            self.optimizer.load_subspace_state(state_dict)
+        else:
+            self._pending = dict(state_dict)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.optimizer is not None:

@@ -21,11 +21,14 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
 from lit_amp.boost.base import BoostAlgorithm
+
+if TYPE_CHECKING:
+    from lit_amp.boost.config import BoostConfig
 
 __all__ = ["GradientAccumulation", "accumulation_boundary"]
 
@@ -68,6 +71,12 @@ class GradientAccumulation(BoostAlgorithm):
             )
         self.grad_accumulation_step = v
         self._mode = "none"
+
+    @classmethod
+    def from_boost_config(cls, config: BoostConfig) -> GradientAccumulation | None:
+        """Built only for ``grad_accumulation_step > 1`` (MindSpore's condition)."""
+        step = config.section(cls.name)["grad_accumulation_step"]
+        return cls(step) if step > 1 else None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         n = self.grad_accumulation_step

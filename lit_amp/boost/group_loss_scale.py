@@ -26,6 +26,9 @@ parameter gradients (MindSpore reads a per-marker device flag). MindSpore divide
 *updated* scale; lit_amp by the scale the step used. The scales are a buffer of the update
 cell, saved with the loss-scale state.
 
+:class:`LossScaleGroup` is the boost flag ``loss_scale_group``: a callback that checks, at
+setup, that the module trains with a :class:`GroupLossScaleManager`.
+
 Example:
     >>> m = GroupLossScaleManager(4.0, [])
     >>> net = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1))
@@ -40,15 +43,24 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from lit_amp.amp.loss_scale.managers import LossScaleManager
+from lit_amp.boost.base import BoostAlgorithm
 
-__all__ = ["GroupLossScaleManager"]
+if TYPE_CHECKING:
+    import lightning as L
+
+    from lit_amp.boost.config import BoostConfig
+
+__all__ = ["GroupLossScaleManager", "LossScaleGroup"]
+
+log = logging.getLogger(__name__)
 
 REDUCE_RATIO = 1.0 / math.sqrt(2.0)
 GROWTH_RATIO = 2.0 ** (1.0 / 1000.0)
@@ -237,3 +249,43 @@ class _GroupUpdateCell(nn.Module):
             )
             m.update_loss_scale_status(k, REDUCE_RATIO if bad else GROWTH_RATIO)
         return loss_scale
+
+class LossScaleGroup(BoostAlgorithm):
+    """The boost flag ``loss_scale_group``: the module must train with a
+    :class:`GroupLossScaleManager`.
+
+    MindSpore's flag switches its train step to per-group loss scaling; in lit_amp the manager
+    does that itself (``LitModel(..., loss_scale_manager=GroupLossScaleManager(...))``), so
+    this callback only checks at setup that the module has one.
+
+    Raises:
+        TypeError: at setup, the module's ``loss_scale_manager`` is not a
+            :class:`GroupLossScaleManager` (MindSpore raises TypeError too). A module without
+            ``amp_kwargs`` (not a ``LitModel``) gets a warning.
+
+    Example:
+        >>> LossScaleGroup().name
+        'loss_scale_group'
+    """
+
+    name = "loss_scale_group"
+
+    @classmethod
+    def from_boost_config(cls, config: BoostConfig) -> LossScaleGroup:
+        """No settings: ``LossScaleGroup()``."""
+        return cls()
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        kwargs = getattr(pl_module, "amp_kwargs", None)
+        if kwargs is None:
+            log.warning(
+                "AutoBoost: 'loss_scale_group' is on but %s has no loss_scale_manager; use "
+                "lit_amp.LitModel(..., loss_scale_manager=GroupLossScaleManager(...)).",
+                type(pl_module).__name__,
+            )
+        elif not isinstance(kwargs.get("loss_scale_manager"), GroupLossScaleManager):
+            raise TypeError(
+                "boost 'loss_scale_group' needs loss_scale_manager to be a "
+                f"GroupLossScaleManager, but got {type(kwargs.get('loss_scale_manager')).__name__}."
+            )
+        super().setup(trainer, pl_module, stage)

@@ -426,6 +426,11 @@ class LessBN(BoostAlgorithm):
             )
         return network
 
+    def apply_to_eval_network(self, network: nn.Module) -> nn.Module:
+        """The evaluation network gets the same surgery (MindSpore's
+        ``network_auto_process_eval``)."""
+        return self.apply_to_network(network)
+
     def sync_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Bring ``optimizer`` in line with the surgery (idempotent); returns it."""
         anchor = self._head.weight if self._head is not None else None

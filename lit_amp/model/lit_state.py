@@ -110,6 +110,8 @@ class CheckpointStateMixin:
         """
         from lit_amp.serialization import BOOST_KEY, LOSS_SCALE_KEY, network_state
 
+        if self.boost is not None:  # the saved weights are those after boost's surgery (LessBN)
+            self.boost.network_auto_process_train(self.network, self._optimizer)
         if isinstance(state.get("state_dict"), dict):
             weights = network_state(state["state_dict"], self.network)
             opts = state.get("optimizer_states") or [None]

@@ -129,9 +129,10 @@ def test_algorithms_and_order():
     # grad_accumulation_step 1 (default): not applied (MindSpore needs step > 1)
     ab = AutoBoost("O0", {"boost": {"mode": "manual", "grad_accumulation": True}})
     assert ab.algorithms == []
-    # dim_reduce switches everything else off
+    # dim_reduce switches everything else off but the group loss-scale check (MindSpore
+    # returns before applying the others; its loss-scale cell still scales per group)
     ab = AutoBoost("O0", {"boost": {"mode": "enable_all"}, "dim_reduce": {"pca_mat_path": "p.npy"}})
-    assert [a.name for a in ab.algorithms] == ["dim_reduce"]
+    assert [a.name for a in ab.algorithms] == ["dim_reduce", "loss_scale_group"]
     # MindSpore 2.10 accepts this at AutoBoost() and fails later (ValueError, weight_load_dir
     # None) at the network build; lit_amp fails at once and names the mode and the fix
     with pytest.raises(ValueError, match="'enable_all'.*pca_mat_path.*'manual'"):

@@ -1,16 +1,14 @@
-"""DimReduce: PCA projection, the quasi-Newton/line-search step by hand, checkpoints, callback."""
+"""DimReduce: PCA projection, the quasi-Newton/line-search step by hand, PCA from checkpoints.
+
+Training with AutoBoost + LitModel, resume and DDP: the boost contract (test_contract.py)."""
 
 from __future__ import annotations
 
-import lightning as L
 import numpy as np
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
-from lit_amp import LitModel
-from lit_amp.boost import AutoBoost
 from lit_amp.boost.dim_reduce import (
     DimReduceOptimizer,
     compute_pca_matrix,
@@ -104,50 +102,3 @@ def test_pca_from_checkpoints(tmp_path):
     torch.testing.assert_close(get_pca_matrix(net, 2, pca_mat_path=tmp_path / "given.npy"), p)
     with pytest.raises(ValueError, match="weight_load_dir"):
         get_pca_matrix(net, 2)
-
-
-def test_autoboost_dim_reduce_with_litmodel(tmp_path):
-    net = _net()
-    n = sum(p.numel() for p in net.parameters())
-    g = torch.Generator().manual_seed(0)
-    pca = torch.linalg.qr(torch.randn(n, 3, generator=g))[0].t().contiguous()
-    np.save(tmp_path / "pca.npy", pca.numpy())
-    x = torch.randn(64, 4, generator=g)
-    y = (x[:, 0] > 0).long()
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    lit = LitModel(net, nn.CrossEntropyLoss(), opt)
-    boost = AutoBoost(
-        "O1",
-        {
-            "boost": {"mode": "manual", "dim_reduce": True},
-            "dim_reduce": {
-                "pca_mat_path": str(tmp_path / "pca.npy"),
-                "n_components": 3,
-                "alpha": 0.05,
-            },
-        },
-    )
-    assert [a.name for a in boost.algorithms] == ["dim_reduce"]  # everything else off
-    before = nn.utils.parameters_to_vector(net.parameters()).detach().clone()
-    losses = []
-
-    class Rec(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            losses.append(float(outputs["loss"]))
-
-    trainer = L.Trainer(
-        max_epochs=3,
-        callbacks=[boost, Rec()],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-    )
-    trainer.fit(lit, DataLoader(TensorDataset(x, y), batch_size=16))
-    dr = boost.get_algorithm("dim_reduce")
-    assert type(trainer.optimizers[0]).__name__ == "DimReduceOptimizer"
-    assert dr.optimizer.last_rho is not None
-    after = nn.utils.parameters_to_vector(net.parameters()).detach()
-    assert not torch.equal(before, after)
-    assert np.mean(losses[-4:]) < np.mean(losses[:4])

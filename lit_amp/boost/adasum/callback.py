@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -32,6 +32,9 @@ from lit_amp._runtime import dist_ready
 from lit_amp.boost.adasum.hooks import AdaSumHooks, local_mean_comm_hook, resync_ddp, unsync_ddp
 from lit_amp.boost.adasum.shm import ShmAllGather
 from lit_amp.boost.base import BoostAlgorithm
+
+if TYPE_CHECKING:
+    from lit_amp.boost.config import BoostConfig
 
 __all__ = ["AdaSum"]
 
@@ -83,6 +86,11 @@ class AdaSum(BoostAlgorithm):
         self._ddp_class: Any = None
         self.active = False
         self.steps = 0  # AdaSum-combined optimizer steps (finished attachments)
+
+    @classmethod
+    def from_boost_config(cls, config: BoostConfig) -> AdaSum:
+        """``AdaSum(local_size=common.device_number)``."""
+        return cls(local_size=config.section("common")["device_number"])
 
     def _splits(self, world: int) -> bool:
         ls = self.local_size
