@@ -1,5 +1,5 @@
 """#18 items 12-13 (folder side): reused names, unreadable files retried, special files
-skipped, dead-letter entries bounded, idle measured only while waiting."""
+skipped, dead-letter entries bounded (the idle clock of every source: test_contract.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import builtins
 import json
 import os
 import threading
-import time
 
 import numpy as np
 
@@ -97,24 +96,6 @@ def test_dead_letter_entries_are_bounded_in_size(tmp_path):
     lines = (tmp_path / "_dead_letter.jsonl").read_text().splitlines()
     assert len(lines) == 2
     assert all(len(x) < 16_384 for x in lines), [len(x) for x in lines]
-
-
-def test_max_idle_counts_only_time_spent_waiting_for_files(tmp_path):
-    def produce():
-        for k in range(4):  # a file every 0.7 s; the consumer trains 0.6 s on each
-            write_shard(tmp_path, f"part-{k:03d}", _cols(10 * k, 10))
-            time.sleep(0.7)
-
-    t = threading.Thread(target=produce)
-    t.start()
-    src = DirectorySource(tmp_path, batch_size=10, max_idle_s=0.5, poll_interval=0.01,
-                          end_marker=None)
-    got = []
-    for f, _ in src:
-        got.extend(f["record_id"].tolist())
-        time.sleep(0.6)  # "training" longer than max_idle_s
-    t.join()
-    assert got == list(range(40))  # waiting ~0.1 s per file: never 0.5 s idle
 
 
 def test_a_consumed_file_replaced_under_the_same_name_is_read_again(tmp_path):

@@ -175,12 +175,17 @@ class ClickSchema:
     def _parse_json_lines_fast(
         self, lines: Sequence[bytes]
     ) -> tuple[Columns, np.ndarray, list[tuple[int, str, bytes]]] | None:
-        """All lines valid: one JSON parse and vectorised checks. Else None (use the slow path)."""
+        """All lines valid: vectorised checks. Else None (use the slow path).
+
+        Each line is decoded on its own: decoding the lines joined into one JSON array (as
+        this once did) lets a line such as ``{...}, {...}`` pass as two records and shifts
+        every later row's index.
+        """
         index = [i for i, raw in enumerate(lines) if raw.strip()]
         if not index:
             return None
         try:
-            objs = json.loads(b"[" + b",".join(lines[i] for i in index) + b"]")
+            objs = [json.loads(lines[i]) for i in index]
             with np.errstate(over="ignore"):
                 return self._fast_columns(objs, index)
         except Exception:  # noqa: BLE001 - any bad line (even "[" * 100000): the slow path

@@ -2,7 +2,8 @@
 
 The default dead-letter file lies in the watched folder; on a read-only mount (a common way to
 share a data folder) the first bad record used to raise. Now the record goes to the log (one
-WARNING names the path), is still counted, and the valid rows are trained.
+WARNING names the path), is still counted, and the valid rows are trained. (A dead-letter
+path under a file, for every source: ``test_contract.py``.)
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lit_amp.rec.sources import DeadLetterFile, DirectorySource, KafkaSource
+from lit_amp.rec.sources import DeadLetterFile, DirectorySource
 from tests.faults._servers import line, record
-from tests.rec.sources.test_other_sources import FakeConsumer
 
 
 def _rows(n: int, bad: set[int]) -> bytes:
@@ -66,29 +66,6 @@ def test_a_read_only_data_folder_logs_dead_letters_instead_of_raising(read_only_
     assert len(_fallback_warnings(caplog, read_only_folder / "_dead_letter.jsonl")) == 1
     logged = [r.getMessage() for r in caplog.records if "malformed record at" in r.getMessage()]
     assert len(logged) == 2 and "'row': 2" in logged[0] and "{broken" in logged[0]
-
-
-def test_a_dead_letter_path_under_a_file_logs_instead_of_raising(tmp_path, caplog):
-    """The same without a mount: the path's folder is a regular file (any OSError)."""
-    caplog.set_level(logging.WARNING)
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "part-0.jsonl").write_bytes(_rows(8, {1, 6}))
-    (tmp_path / "not-a-folder").write_text("")
-    dead = tmp_path / "not-a-folder" / "dead.jsonl"
-    src = DirectorySource(tmp_path / "data", batch_size=3, max_idle_s=0, dead_letter_path=dead)
-    assert ids_of(src) == [0, 2, 3, 4, 5, 7]
-    assert src.malformed == 2
-    assert len(_fallback_warnings(caplog, dead)) == 1
-
-    kafka = KafkaSource(
-        "t",
-        batch_size=4,
-        max_idle_s=0.05,
-        poll_timeout_s=0.01,
-        consumer_factory=lambda: FakeConsumer({0: [None, b"{", b"[" * 9999]}),
-        dead_letter_path=dead,
-    )
-    assert ids_of(kafka) == [] and kafka.malformed == 3
 
 
 def test_dead_letter_file_write_never_raises_on_os_errors(tmp_path, monkeypatch, caplog):

@@ -1,13 +1,12 @@
-"""SyntheticClickSource, SocketSource (loopback only), KafkaSource (injected consumer)."""
+"""What is particular to SyntheticClickSource, SocketSource and KafkaSource (sharding, seeding,
+arguments, several partitions); what every source must do is in test_contract.py."""
 
 from __future__ import annotations
 
 import json
 import socket
 import sys
-import threading
 import time
-from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ import torch
 
 from lit_amp.rec.sources import KafkaSource, SocketSource, SyntheticClickSource, TopicPartition
 from lit_amp.rec.sources.schema import ClickSchema
+from tests.rec.sources.contract import FakeConsumer
 
 
 def ids_of(batches) -> list[int]:
@@ -69,73 +69,6 @@ def test_synthetic_bad_arguments():
 
 
 # ------------------------------------------------------------------ socket (127.0.0.1 only)
-def _record(i: int) -> bytes:
-    rec = {"id": i, "label": i % 2, "dense": [1.0] * 13, "cat": [i] * 26}
-    return (json.dumps(rec) + "\n").encode()
-
-
-class _Server:
-    """A loopback NDJSON server that honours the resume handshake; bounded in time."""
-
-    def __init__(self, n: int, bad: tuple[int, ...] = ()) -> None:
-        self.n, self.bad = n, set(bad)
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(4)
-        self.sock.settimeout(10)
-        self.port = self.sock.getsockname()[1]
-        self.hellos: list[dict] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:  # the listening socket was closed
-                return
-            # a client that hangs up mid-stream (the first one does) ends only its connection
-            try:
-                with conn:
-                    conn.settimeout(10)
-                    hello = b""
-                    while not hello.endswith(b"\n"):
-                        hello += conn.recv(1)
-                    start = json.loads(hello)["resume_from"]
-                    self.hellos.append({"resume_from": start})
-                    for i in range(start, self.n):
-                        conn.sendall(b"{broken\n" if i in self.bad else _record(i))
-            except (OSError, ValueError):
-                continue
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def test_socket_source_batches_dead_letters_and_resumes(tmp_path):
-    server = _Server(25, bad=(3, 11))
-    try:
-        dead = tmp_path / "dead.jsonl"
-        src = SocketSource("127.0.0.1", server.port, batch_size=10, dead_letter_path=dead)
-        it = iter(src)
-        first = next(it)
-        assert ids_of([first]) == [0, 1, 2, 4, 5, 6, 7, 8, 9, 10]
-        assert src.state_dict() == {"offset": 11}
-        it.close()
-        again = SocketSource(
-            "127.0.0.1", server.port, batch_size=10, dead_letter_path=dead, max_idle_s=5
-        )
-        again.load_state_dict(src.state_dict())
-        rest = ids_of(again)  # ends when the server closes the connection
-        assert rest == [12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24]
-        assert server.hellos == [{"resume_from": 0}, {"resume_from": 11}]
-        lines = [json.loads(x) for x in dead.read_text().splitlines()]
-        assert [d["position"] for d in lines] == [{"offset": 3}, {"offset": 11}]
-        assert again.malformed == 1 and src.malformed == 1
-    finally:
-        server.close()
-
-
 def test_socket_source_connection_refused_is_bounded():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -153,42 +86,9 @@ def test_socket_bad_arguments():
 
 
 # ------------------------------------------------------------------ kafka (fake consumer)
-Record = namedtuple("Record", "topic partition offset value")
-
-
-class FakeConsumer:
-    """kafka-python's consumer surface over in-memory partitions."""
-
-    def __init__(self, logs: dict[int, list[bytes]]) -> None:
-        self.logs = logs
-        self.pos: dict[int, int] = {}
-        self.assigned: list = []
-        self.closed = False
-
-    def partitions_for_topic(self, topic):
-        return set(self.logs)
-
-    def assign(self, tps):
-        self.assigned = list(tps)
-        self.pos = {tp.partition: 0 for tp in tps}
-
-    def seek(self, tp, offset):
-        self.pos[tp.partition] = offset
-
-    def poll(self, timeout_ms=0, max_records=None):
-        out = {}
-        for tp in self.assigned:
-            p = tp.partition
-            recs = self.logs[p][self.pos[p] : self.pos[p] + 3]
-            if recs:
-                out[tp] = [Record(tp.topic, p, self.pos[p] + i, v) for i, v in enumerate(recs)]
-                self.pos[p] += len(recs)
-        if not out:
-            time.sleep(timeout_ms / 1000)
-        return out
-
-    def close(self):
-        self.closed = True
+def _record(i: int) -> bytes:
+    rec = {"id": i, "label": i % 2, "dense": [1.0] * 13, "cat": [i] * 26}
+    return (json.dumps(rec) + "\n").encode()
 
 
 def _logs() -> dict[int, list[bytes]]:
