@@ -1,4 +1,4 @@
-"""build_train_network (spec §2.4) and the seed example (seeds/001_*), translated to torch."""
+"""build_train_network (docs/semantics.md §2.4) and MindSpore's documented example, in torch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""custom_mixed_precision (spec §2.3) and the built-in lists (spec §2.1)."""
+"""custom_mixed_precision (docs/semantics.md §2.3) and the built-in lists (§2.1)."""
 
 from __future__ import annotations
 

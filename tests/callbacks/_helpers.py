@@ -1,4 +1,4 @@
-"""Small simulated runs for the built-in callback tests (spec §1.4-1.7).
+"""Small simulated runs for the built-in callback tests (docs/semantics.md §1.4-1.7).
 
 Each run follows MindSpore's ``_train_process`` / ``_eval_process`` hook order with a real
 ``nn.Linear``, a real SGD optimizer and real losses.
@@ -85,7 +85,7 @@ def simulate_train(
     rank: int = 0,
     fit_eval_batches: int = 0,
 ) -> Run:
-    """MindSpore's ``_train_process`` / ``_train_dataset_sink_process`` hook order (spec §1.4).
+    """MindSpore's ``_train_process`` / ``_train_dataset_sink_process`` hook order (semantics §1.4).
 
     ``eval_results(epoch)`` gives fit's metrics + eval_loss; ``outputs(epoch, step, loss)``
     replaces ``net_outputs``; ``fit_eval_batches`` runs fit's evaluation (custom callbacks and
@@ -177,7 +177,7 @@ def _fit_eval(cbl: CallbackList, cb: InternalCallbackParam, batches: int) -> Non
 
 
 def simulate_eval(callbacks: Any, *, batches: int = 3, net: nn.Module | None = None) -> RunContext:
-    """MindSpore's ``_eval_process`` hook order (spec §1.4)."""
+    """MindSpore's ``_eval_process`` hook order (docs/semantics.md §1.4)."""
     if net is None:
         net, _ = make_net()
     cbl = CallbackList(callbacks)

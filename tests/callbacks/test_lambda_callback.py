@@ -1,4 +1,4 @@
-"""MindSpore's ``LambdaCallback`` driven through small simulated runs (spec §1.4-1.7)."""
+"""MindSpore's ``LambdaCallback`` through small simulated runs (semantics §1.4-1.7)."""
 
 from __future__ import annotations
 

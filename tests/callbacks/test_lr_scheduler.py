@@ -1,4 +1,4 @@
-"""MindSpore's ``LearningRateScheduler`` driven through small simulated runs (spec §1.4-1.7)."""
+"""MindSpore's ``LearningRateScheduler`` through small simulated runs (semantics §1.4-1.7)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ F16 = torch.float16
 
 
 class MindSporeRule:
-    """MindSpore's device-side dynamic loss-scale update (spec §2.6), in float arithmetic."""
+    """MindSpore's device-side dynamic loss-scale update (semantics §2.6), in floats."""
 
     def __init__(self, scale: float, factor: float, window: int) -> None:
         self.scale, self.factor, self.window = scale, factor, window

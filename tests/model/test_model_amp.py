@@ -61,7 +61,7 @@ def test_dynamic_loss_scaling_trajectory_and_outputs():
     scales = [float(o[2]) for o in out_cb.outs]
     overflows = [bool(o[1]) for o in out_cb.outs]
     assert overflows == [False] * 8
-    # the scale used at each step: grows x2 after every 3 good steps (spec §2.6)
+    # the scale used at each step: grows x2 after every 3 good steps (docs/semantics.md §2.6)
     assert scales == [1024.0] * 3 + [2048.0] * 3 + [4096.0] * 2
     assert all(o[0].dtype == torch.float32 for o in out_cb.outs)  # the loss is unscaled fp32
 

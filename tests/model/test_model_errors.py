@@ -1,4 +1,4 @@
-"""Every argument check of spec §1.1 and §1.3 raises MindSpore's exception type, clearly."""
+"""Every argument check of docs/semantics.md §1.1 and §1.3 raises MindSpore's exception type."""
 
 from __future__ import annotations
 

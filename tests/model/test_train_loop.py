@@ -1,4 +1,4 @@
-"""Callback order and counters (spec §1.4) in non-sink and sink mode, stop requests, resume."""
+"""Callback order and counters (docs/semantics.md §1.4): sink, non-sink, stop requests, resume."""
 
 from __future__ import annotations
 

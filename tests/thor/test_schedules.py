@@ -1,4 +1,4 @@
-"""get_thor_lr / get_thor_damping against MindSpore's model-zoo loops (spec §4.4)."""
+"""get_thor_lr / get_thor_damping against MindSpore's model-zoo loops (docs/semantics.md §4.4)."""
 
 from __future__ import annotations
 
