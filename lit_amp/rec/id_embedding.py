@@ -13,7 +13,11 @@ MindSpore's ``MapParameter`` do:
   1 % of the budget at a time, so the scan is rare — counted in :attr:`evictions` and logged;
 - a batch with more new keys than the budget can hold gives the rest the shared row
   ``num_rows`` (counted in :attr:`overflows`, logged) instead of failing; in evaluation an
-  unknown key reads that row and nothing is allocated.
+  unknown key reads that row and nothing is allocated;
+- a new key's row is initialised from a generator seeded with ``seed`` and the table's step
+  counter, so a resumed run allocates and initialises exactly as an uninterrupted one; under
+  DDP every rank admits the union of all ranks' keys of the step (one ``all_gather``), so
+  the ranks' id maps stay identical.
 
 The id map (``row_keys``: each row's ``(feature, id)``, feature ``-1`` for a free row) and
 the usage statistics are buffers, so the map is saved and restored with the weights by any
@@ -38,9 +42,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from lit_amp._runtime import world_size
 from lit_amp._validation import check_bool, check_choice, check_int, type_error
 
 __all__ = ["IdEmbedding"]
@@ -64,6 +70,20 @@ def _default_init(rows: torch.Tensor) -> None:
     nn.init.normal_(rows, std=0.01)
 
 
+def _all_gather_rows(t: torch.Tensor) -> torch.Tensor:
+    """The rows of ``t`` of every rank, concatenated in rank order (sizes may differ)."""
+    world = world_size()
+    n = torch.tensor([t.shape[0]], device=t.device)
+    sizes = [torch.zeros_like(n) for _ in range(world)]
+    dist.all_gather(sizes, n)
+    most = int(max(int(s) for s in sizes))
+    padded = t.new_zeros((most, *t.shape[1:]))
+    padded[: t.shape[0]] = t
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[: int(s)] for p, s in zip(parts, sizes)])
+
+
 class IdEmbedding(nn.Module):
     """An embedding with one row per distinct id within a row budget (see the module docstring).
 
@@ -76,7 +96,9 @@ class IdEmbedding(nn.Module):
             Adagrad or SGD).
         policy: which rows a full table evicts: ``"lfu"`` (fewest lookups, then the least
             recent) or ``"lru"`` (least recent).
-        init: fills the rows of new keys in place (default: normal, std 0.01).
+        init: fills the rows of new keys in place (default: normal, std 0.01); it draws
+            from torch's default generator, which is seeded for the call (``seed``).
+        seed: the seed of new rows' initial values.
 
     Attributes:
         evictions: rows evicted so far (a tensor scalar, saved with the state).
@@ -106,6 +128,7 @@ class IdEmbedding(nn.Module):
         sparse: bool = False,
         policy: str = "lfu",
         init: Callable[[torch.Tensor], Any] | None = None,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         owner = "IdEmbedding"
@@ -117,11 +140,10 @@ class IdEmbedding(nn.Module):
         if init is not None and not callable(init):
             raise type_error(owner, "init", "a callable or None", init)
         self.init = init or _default_init
+        self.seed = check_int(owner, "seed", seed, minimum=0)
         self.num_rows = n
-        self.weight = nn.Parameter(torch.empty(n + 1, embedding_dim))
-        with torch.no_grad():
-            self.init(self.weight[:n])
-            self.weight[n].zero_()  # the shared row of keys without one
+        # a row is initialised when a key takes it; the last is the shared row, zero at first
+        self.weight = nn.Parameter(torch.zeros(n + 1, embedding_dim))
         self.register_buffer("row_keys", torch.full((n, 2), -1, dtype=torch.long))
         self.register_buffer("row_count", torch.zeros(n, dtype=torch.long))
         self.register_buffer("row_seen", torch.zeros(n, dtype=torch.long))
@@ -265,16 +287,23 @@ class IdEmbedding(nn.Module):
         if m:
             self.row_keys.index_copy_(0, got, keys[:m])
             self._insert(keys[:m], got)
-            with torch.no_grad():
-                fresh = torch.empty(m, self.embedding_dim, dtype=self.weight.dtype,
-                                    device=self.weight.device)
-                self.init(fresh)
-                self.weight.index_copy_(0, got, fresh)
+            self.weight.index_copy_(0, got, self._fresh_rows(m))
             self.row_count[got] = 0
             self._changed[got] = True
             if self._tombstones > self._capacity // 8:
                 self._rebuild()
         return out
+
+    def _fresh_rows(self, m: int) -> torch.Tensor:
+        """``m`` rows from ``init``, drawn from a generator seeded by ``seed`` and the step
+        counter (the same values on every rank and after a resume)."""
+        w = self.weight
+        devices = [w.device] if w.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed((self.seed * 1_000_003 + int(self.clock)) % (2**63))
+            fresh = torch.empty(m, w.shape[1], dtype=w.dtype, device=w.device)
+            self.init(fresh)
+        return fresh
 
     def _say(self, what: str, level: int, msg: str, *args: Any) -> None:
         """Log ``msg``, at most once per 30 s for each kind ``what``."""
@@ -312,11 +341,21 @@ class IdEmbedding(nn.Module):
 
     @torch.no_grad()
     def _rows(self, keys: torch.Tensor) -> torch.Tensor:
-        """The row of each distinct key; in training new keys get rows and usage is counted."""
+        """The row of each distinct key; in training new keys get rows and usage is counted
+        (under DDP those of every rank, so that all ranks keep the same table)."""
+        if not self.training:
+            rows = self._find(keys)
+            return rows.masked_fill_(rows < 0, self.num_rows)
+        if world_size() == 1:
+            return self._admit(keys)
+        self._admit(self._unique(_all_gather_rows(keys))[0])
+        rows = self._find(keys)
+        return rows.masked_fill_(rows < 0, self.num_rows)  # keys that overflowed
+
+    def _admit(self, keys: torch.Tensor) -> torch.Tensor:
+        """Rows for ``keys`` (distinct), new ones allocated; count one lookup of each."""
         rows = self._find(keys)
         new = rows < 0
-        if not self.training:
-            return rows.masked_fill_(new, self.num_rows)
         self.clock += 1
         if bool(new.any()):
             rows[new] = self._assign(keys.index_select(0, new.nonzero().squeeze(1)), rows[~new])
@@ -335,7 +374,7 @@ class IdEmbedding(nn.Module):
         """
         keys, inverse = self._unique(self._keys(ids))
         rows = self._rows(keys)
-        # index_select, not [inverse]: advanced indexing of a 2-D tensor is far slower on CPU
+        # index_select rather than [inverse]: cheaper when torch runs several CPU threads
         out = F.embedding(rows, self.weight, sparse=self.sparse).index_select(0, inverse)
         return out.reshape(*ids.shape, self.embedding_dim)
 

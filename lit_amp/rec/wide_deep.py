@@ -125,8 +125,8 @@ class WideDeep(nn.Module):
         else:
             idx = torch.remainder(cat, self.vocab_size) + self.offsets
             # look each distinct row up once: the sparse gradient then has one entry per
-            # distinct id of the batch, which makes the optimizer's coalesce cheap;
-            # index_select, as advanced indexing of a 2-D tensor is slower on CPU
+            # distinct id of the batch, which makes the optimizer's coalesce cheap
+            # (index_select: the values of [inverse], cheaper when torch runs several threads)
             rows, inverse = torch.unique(idx, return_inverse=True)
             e = self.embedding(rows).index_select(0, inverse.reshape(-1))
             e = e.reshape(*idx.shape, -1)  # (B, num_cat, 1 + embed_dim)

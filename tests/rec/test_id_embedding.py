@@ -163,6 +163,48 @@ def test_a_resumed_run_maps_ids_exactly_as_before(tmp_path):
         b({"dense": dense, "cat": cat})
     assert torch.equal(a.embedding.row_keys, b.embedding.row_keys)
     assert int(a.embedding.evictions) == int(b.embedding.evictions)
+    assert torch.equal(a.embedding.weight, b.embedding.weight)  # new rows: the same values
+
+
+def test_under_ddp_every_rank_keeps_the_same_id_map(monkeypatch):
+    """Two ranks (threads) see different ids; each admits the union, so the maps agree."""
+    import threading
+
+    from lit_amp.rec import id_embedding
+
+    barrier, box = threading.Barrier(2), {}
+
+    def all_gather_rows(t):
+        box[threading.current_thread().name] = t
+        barrier.wait()
+        out = torch.cat([box["rank0"], box["rank1"]])
+        barrier.wait()
+        return out
+
+    monkeypatch.setattr(id_embedding, "world_size", lambda: 2)
+    monkeypatch.setattr(id_embedding, "_all_gather_rows", all_gather_rows)
+    ranks = [IdEmbedding(300, 4, num_features=2) for _ in range(2)]
+    streams = [_stream(8, seed)[:8] for seed in (5, 6)]
+    errors = []
+
+    def run(r):
+        try:
+            for cat in streams[r]:
+                ranks[r](cat[:, :2])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(r,), name=f"rank{r}") for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    a, b = ranks
+    assert int(a.evictions) > 0  # 8 steps of up to 64 new keys per rank in 300 rows
+    assert torch.equal(a.row_keys, b.row_keys) and torch.equal(a.weight, b.weight)
+    for cat in streams[0] + streams[1]:
+        assert torch.equal(a.row_of(cat[:, :2]), b.row_of(cat[:, :2]))
 
 
 def test_the_id_map_is_published_with_the_rows_and_served_the_same(tmp_path):
