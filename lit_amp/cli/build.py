@@ -27,6 +27,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpo
 from lightning.pytorch.callbacks import ThroughputMonitor
 from omegaconf import DictConfig, ListConfig
 
+from lit_amp.cli import preemption
 from lit_amp.cli.console import piped
 from lit_amp.cli.instantiate import check_targets, instantiate
 from lit_amp.cli.launch import torchrun_trainer_kwargs
@@ -181,6 +182,7 @@ def _trainer_kwargs(cfg: DictConfig, make: Make) -> dict:
     else:
         kw = dict(_plain(node))
     kw = torchrun_trainer_kwargs({k: v for k, v in kw.items() if v is not None})
+    kw = preemption.trainer_kwargs(kw)  # under SLURM: no Lightning auto-requeue
     if kw.get("enable_progress_bar") and piped():
         kw["enable_progress_bar"] = False  # no redraw frames in a pipe: EpochLine prints instead
     loggers = [
@@ -371,6 +373,7 @@ def build(cfg: DictConfig) -> Built:
     callbacks = [
         make(n, f"callbacks.{k}") for k, n in (cfg.get("callbacks") or {}).items() if n is not None
     ]
+    callbacks += preemption.callbacks()  # a SLURM launcher job: stop at a step on a signal
     trainer_kwargs = _trainer_kwargs(cfg, make)
     if any(isinstance(cb, LightningModelCheckpoint) for cb in callbacks):
         trainer_kwargs["enable_checkpointing"] = True  # Model's default (False) would refuse it

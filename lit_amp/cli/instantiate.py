@@ -257,6 +257,9 @@ def guard_composition() -> Iterator[None]:
     def load_configuration(self: Any, *args: Any, **kwargs: Any) -> Any:
         cfg = original(self, *args, **kwargs)
         check_config(cfg)
+        from lit_amp.cli.slurm import check_request
+
+        check_request(cfg)  # hydra/launcher=slurm: trainer.devices=auto as one ConfigError
         return cfg
 
     ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]

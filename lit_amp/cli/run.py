@@ -29,6 +29,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from lit_amp._io import atomic_write
+from lit_amp.cli import preemption
 from lit_amp.cli.build import Built, _steps_per_epoch, build
 from lit_amp.cli.checkpoint import ResumeCallback, load_network, resume_state
 from lit_amp.cli.console import EpochLine, console_to_log, piped
@@ -227,6 +228,7 @@ def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
             int(cfg.epochs), b.train, b.valid, valid_frequency=vf, callbacks=callbacks,
             dataset_sink_mode=sink, sink_size=int(cfg.sink_size), initial_epoch=initial,
         )
+    preemption.check_stopped(callbacks)  # a SLURM signal cut training short: no eval, no result
     extra: dict[str, Any] = {"train_s": round(time.perf_counter() - t0, 3),
                              "initial_epoch": initial}
     fit_trainer = model.trainer

@@ -33,6 +33,7 @@ __all__ = [
     "SCHEMA_NAME",
     "run_id",
     "slurm_devices",
+    "slurm_gpus",
 ]
 
 #: The name ``conf/config.yaml``'s defaults list gives the schema.
@@ -144,6 +145,24 @@ def slurm_devices(devices: Any) -> int:
     )
 
 
+def slurm_gpus(accelerator: Any, devices: Any) -> int | None:
+    """``${lit_amp.slurm_gpus:${trainer.accelerator},${trainer.devices}}``: GPUs per node to
+    ask SLURM for: as many as devices when the trainer runs on GPUs (``gpu``, ``cuda``, or
+    ``auto``, which takes the GPUs SLURM gives), none (null) for ``cpu`` and other devices.
+
+    Raises:
+        ConfigError: a GPU accelerator with ``devices`` that is not an int (see
+            :func:`slurm_devices`).
+
+    Example:
+        >>> slurm_gpus("gpu", 4), slurm_gpus("cpu", 2), slurm_gpus("auto", [0, 1])
+        (4, None, 2)
+    """
+    if str(accelerator).strip().lower() in ("gpu", "cuda", "auto"):
+        return slurm_devices(devices)
+    return None
+
+
 def _agent_start_time() -> str | None:
     """Start time of this process's parent (torchrun's agent), shared by its local ranks."""
     try:
@@ -187,6 +206,7 @@ def run_id() -> str:
 
 
 OmegaConf.register_new_resolver("lit_amp.slurm_devices", slurm_devices, replace=True)
+OmegaConf.register_new_resolver("lit_amp.slurm_gpus", slurm_gpus, replace=True)
 OmegaConf.register_new_resolver("lit_amp.run_id", run_id, use_cache=True, replace=True)
 
 

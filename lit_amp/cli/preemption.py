@@ -1,0 +1,206 @@
+"""The job side of ``hydra/launcher=slurm``: a SLURM signal stops training after the step in
+progress, the loop writes the backup, then the job is requeued or ends.
+
+One owner decides what a signal does: submitit (hydra-submitit-launcher). It submitted the job
+with ``--signal=USR2@signal_delay_s``, holds the pickled submission a requeued job runs again
+and counts the time-outs (``max_num_timeout``). Lightning's SLURM auto-requeue is off
+(:func:`trainer_kwargs`: ``SLURMEnvironment(auto_requeue=False)``); it would save an
+``hpc_ckpt`` inside its SIGUSR1 handler and requeue the job a second time. submitit's own
+handler would write its checkpoint, requeue and exit inside the handler, in the middle of a
+step; here its work is deferred to a step boundary:
+
+1. :func:`run_task` (each SLURM task of a job) replaces submitit's handlers of its signal and
+   of SIGTERM with ones that only record the signal;
+2. the run's :class:`~lit_amp.callbacks.on_request_exit.StopOnSignal` (:func:`callbacks`)
+   stops training after the step in progress on every rank, and a ``BackupAndRestore``
+   (``callbacks=fault_tolerant``) writes the position at that step boundary;
+3. :func:`check_stopped` (right after ``Model.fit``) skips evaluation and ``result.json``;
+   :func:`run_task` then hands over. submitit's signal (the time limit is near) and the SIGTERM
+   of the time limit itself go to submitit's handler: it requeues the job and counts a
+   time-out. The SIGTERM of ``scontrol requeue`` or of a preemption ends the task (SLURM starts
+   the job again); the SIGTERM of ``scancel`` ends it, nothing requeued.
+
+A requeued job whose ``result.json`` already says ``ok`` (its training and evaluation ended
+before the signal took effect) is not trained again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+__all__ = ["Preempted", "callbacks", "check_stopped", "run_task", "sigterm_cause",
+           "trainer_kwargs"]
+
+
+class Preempted(BaseException):
+    """Training stopped early for a SLURM signal: no evaluation, no ``result.json``.
+
+    A ``BaseException`` so that neither a sweep's ``continue_on_error`` nor Hydra records it
+    as a failed job: :func:`run_task` hands the job over to submitit or SLURM.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Job:
+    """This process's SLURM task: the signals it defers and what arrived."""
+
+    def __init__(self, requeue_signal: int) -> None:
+        self.requeue_signal = requeue_signal
+        self.saved: dict[int, Any] = {}
+        self.received: int | None = None
+        self.stop: Any = None  # the run's StopOnSignal
+
+    def record(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
+        if self.stop is not None and self.stop.received is None:
+            self.stop.received = signum
+
+
+_job: _Job | None = None
+
+
+def restart_count() -> int:
+    """How many times SLURM has started this job before (``SLURM_RESTART_COUNT``)."""
+    return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+
+
+def job_id() -> str:
+    """This job's id as ``squeue`` shows it (``<array job>_<task>`` in a job array)."""
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if array:
+        return f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+    return os.environ.get("SLURM_JOB_ID", "?")
+
+
+def callbacks() -> list:
+    """The run's extra callbacks inside a launcher job: one ``StopOnSignal`` (else none)."""
+    if _job is None:
+        return []
+    from lit_amp.callbacks.on_request_exit import StopOnSignal
+
+    stop = StopOnSignal((_job.requeue_signal, signal.SIGTERM))
+    stop.received = _job.received  # a signal before training stops it after its first step
+    _job.stop = stop
+    return [stop]
+
+
+def trainer_kwargs(kw: dict) -> dict:
+    """Under SLURM, ``kw`` with Lightning's ``SLURMEnvironment(auto_requeue=False)`` added
+    (unless a cluster environment is given): submitit, not Lightning, requeues."""
+    from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
+
+    if not SLURMEnvironment.detect():
+        return kw
+    plugins = kw.get("plugins") or []
+    plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+    if any(isinstance(p, ClusterEnvironment) for p in plugins):
+        return kw
+    return {**kw, "plugins": [*plugins, SLURMEnvironment(auto_requeue=False)]}
+
+
+def check_stopped(run_callbacks: list) -> None:
+    """Right after training: raise :class:`Preempted` if a signal cut it short.
+
+    Raises:
+        Preempted: training stopped before its last step because a SLURM signal arrived.
+    """
+    stop = _job.stop if _job is not None else None
+    if stop is None or not stop.stopped_early:
+        return
+    if not any(type(cb).__name__ == "BackupAndRestore" for cb in run_callbacks):
+        print(f"lit-amp: SLURM job {job_id()}: no BackupAndRestore among the callbacks, so the "
+              "job starts training from the beginning when it comes back; use "
+              "callbacks=fault_tolerant.", file=sys.stderr, flush=True)
+    raise Preempted(int(stop.received))
+
+
+def sigterm_cause() -> str:
+    """Why this job got SIGTERM: ``'time limit'``, ``'requeue'`` (``scontrol requeue`` or a
+    preemption: SLURM counted a restart) or ``'cancel'`` (anything else, ``scancel``)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "job", "-o", os.environ["SLURM_JOB_ID"]],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (KeyError, OSError, subprocess.TimeoutExpired):
+        return "cancel"
+    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+    if fields.get("Reason") == "TimeLimit" or fields.get("JobState") == "TIMEOUT":
+        return "time limit"
+    restarts = fields.get("Restarts", "0")
+    return "requeue" if restarts.isdigit() and int(restarts) > restart_count() else "cancel"
+
+
+def _hand_over(job: _Job, signum: int) -> None:
+    """After a stop at a step boundary: let submitit requeue, or end the task."""
+    name = signal.Signals(signum).name
+    cause = "submitit's pre-time-limit signal" if signum == job.requeue_signal else None
+    if cause is None:
+        cause = {"time limit": "its time limit", "requeue": "scontrol requeue or a preemption",
+                 "cancel": "scancel"}[sigterm_cause()]
+    requeue = cause in ("its time limit", "submitit's pre-time-limit signal")
+    then = ("submitit requeues it" if requeue else
+            "SLURM starts it again" if cause.startswith("scontrol") else "it is not requeued")
+    print(f"lit-amp: SLURM job {job_id()} (start {restart_count() + 1}): {name} ({cause}) "
+          f"stopped training after the step in progress; the backup holds the position and "
+          f"{then}.", file=sys.stderr, flush=True)
+    code, handler = 128 + signum, job.saved.get(job.requeue_signal)
+    if requeue and callable(handler):
+        try:
+            handler(signum, None)  # global rank 0: dump the submission, requeue, exit
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else 1
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """End the task now: the exit handlers run and the output is flushed, but the thousands of
+    modules torch and Lightning imported are not torn down one by one (seconds that the
+    requeued job would wait)."""
+    import atexit
+    import logging
+
+    try:
+        atexit._run_exitfuncs()
+        logging.shutdown()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def run_task(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one SLURM task of a launcher job (``call``: the launcher's own ``__call__``).
+
+    Training stopped by a signal ends the process here (no result is written): submitit
+    requeued the job, SLURM starts it again, or it was cancelled.
+    """
+    global _job
+    import submitit
+
+    from lit_amp.cli import sweep_state
+
+    job = _Job(getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG))
+    for sig in (job.requeue_signal, signal.SIGTERM):
+        job.saved[sig] = signal.signal(sig, job.record)
+    _job = job
+    sweep_state.resume_active = restart_count() > 0  # a finished job is not trained again
+    try:
+        return call(*args, **kwargs)
+    except Preempted as stop:
+        _hand_over(job, stop.signum)
+    finally:
+        _job = None
+        sweep_state.resume_active = False
+        for sig, handler in job.saved.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,276 @@
+"""The submit side of ``hydra/launcher=slurm``: check the request, submit, watch the jobs.
+
+hydra-submitit-launcher submits the jobs of a ``-m`` sweep as one SLURM job array and then
+waits for every result without a bound. lit_amp's launcher
+(``hydra_plugins.lit_amp_slurm``) runs this module's :func:`launch` instead:
+
+- :func:`preflight`: before anything is submitted, ``sinfo`` says which partitions exist and
+  what their nodes hold. A partition that does not exist, or more tasks x CPUs per task, GPUs
+  or nodes than the partition has, is a :class:`~lit_amp.cli.schema.ConfigError` that names
+  the argument and what the cluster allows.
+- :func:`watch`: the jobs are then polled with ``squeue`` (no accounting database needed).
+  A pending job is named with SLURM's reason every minute; one pending longer than
+  ``hydra.launcher.max_pending_min`` is cancelled and the sweep fails with that reason; a job
+  that left the queue without a result is reported with its final state and its log.
+
+Imports no torch.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import CompactHydraException
+
+from lit_amp.cli.schema import ConfigError
+
+__all__ = ["SlurmJobError", "check_request", "gpus_of", "launch", "preflight", "watch"]
+
+log = logging.getLogger(__name__)
+
+
+class SlurmJobError(CompactHydraException):
+    """A SLURM job of a sweep that cannot give a result (Hydra prints the message)."""
+
+
+def check_request(cfg: Any) -> None:
+    """At composition: the launcher's per-node counts resolve, or their ``ConfigError``
+    (``trainer.devices=auto``) is raised as itself, not inside Hydra's traceback of the
+    launcher it could not build.
+
+    Raises:
+        ConfigError: ``hydra.launcher.tasks_per_node`` / ``gpus_per_node`` cannot be resolved
+            to what SLURM needs (see :func:`lit_amp.cli.schema.slurm_devices`).
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
+    launcher = OmegaConf.select(cfg, "hydra.launcher", default=None)
+    if launcher is None or "lit_amp" not in str(launcher.get("_target_", "")):
+        return
+    for key in ("tasks_per_node", "gpus_per_node"):
+        try:
+            launcher.get(key)
+        except InterpolationResolutionError as exc:
+            cause = exc.__cause__ or exc.__context__  # OmegaConf raises it during the handling
+            if isinstance(cause, ConfigError):
+                raise cause from None
+            raise
+
+
+def _run(argv: list[str], what: str) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"lit-amp: hydra/launcher=slurm needs SLURM's commands, but {argv[0]} was not "
+            "found: run lit-amp -m on a SLURM login node (sbatch, squeue, sinfo on the PATH)."
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"lit-amp: {what}: {argv[0]} did not answer within 60 s; is the "
+                          "SLURM controller up?") from None
+    if out.returncode != 0:
+        raise ConfigError(f"lit-amp: {what}: {' '.join(argv)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def gpus_of(gres: str) -> int:
+    """The GPUs of a node from ``sinfo``'s GRES column.
+
+    Example:
+        >>> gpus_of("gpu:4"), gpus_of("gpu:a100:8(S:0-1),shard:2"), gpus_of("(null)")
+        (4, 8, 0)
+    """
+    total = 0
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def _partitions() -> tuple[dict[str, list[tuple[int, int]]], str | None]:
+    """``{partition: [(CPUs, GPUs) of each node]}`` and the default partition."""
+    parts: dict[str, list[tuple[int, int]]] = {}
+    default = None
+    for line in _run(["sinfo", "-h", "-N", "-o", "%P|%c|%G"], "reading the partitions"
+                     ).splitlines():
+        name, cpus, gres = (line.split("|") + ["", ""])[:3]
+        if name.endswith("*"):
+            name = default = name[:-1]
+        digits = "".join(ch for ch in cpus if ch.isdigit())
+        parts.setdefault(name, []).append((int(digits or 0), gpus_of(gres)))
+    return parts, default
+
+
+def _trainer(config: Any, key: str) -> Any:
+    try:
+        return config.trainer.get(key)
+    except Exception:  # noqa: BLE001 - a config without a trainer node
+        return None
+
+
+def preflight(params: dict, config: Any = None) -> None:
+    """Check the launcher's request against the partition before anything is submitted.
+
+    Args:
+        params: the launcher's resolved options (``partition``, ``nodes``, ``tasks_per_node``,
+            ``cpus_per_task``, ``gpus_per_node``).
+        config: the sweep's config (its ``trainer.devices`` / ``num_nodes`` are named in the
+            messages).
+
+    Raises:
+        ConfigError: the partition does not exist; a node of it has fewer CPUs than
+            ``tasks_per_node x cpus_per_task`` or fewer GPUs than ``gpus_per_node``; it has
+            fewer nodes than ``nodes``; SLURM's commands are missing or fail.
+    """
+    parts, default = _partitions()
+    partition = params.get("partition")
+    if partition is not None and partition not in parts:
+        raise ConfigError(
+            f"lit-amp: hydra.launcher.partition={partition!r} is not a partition of this "
+            f"cluster; allowed: {', '.join(sorted(parts)) or 'none (sinfo lists none)'}.")
+    name = partition or default
+    if name is None or name not in parts:
+        raise ConfigError("lit-amp: this cluster has no default partition: set "
+                          f"hydra.launcher.partition to one of {', '.join(sorted(parts))}.")
+    nodes = parts[name]
+    devices = _trainer(config, "devices")
+    tasks, per_task = int(params.get("tasks_per_node") or 1), int(params.get("cpus_per_task") or 1)
+    cpus = max(c for c, _ in nodes)
+    if tasks * per_task > cpus:
+        raise ConfigError(
+            f"lit-amp: trainer.devices={devices} asks for {tasks} SLURM tasks per node "
+            f"(hydra.launcher.tasks_per_node) x hydra.launcher.cpus_per_task={per_task} = "
+            f"{tasks * per_task} CPUs, but the nodes of partition {name!r} have at most {cpus}; "
+            f"allowed: trainer.devices <= {cpus // per_task} with cpus_per_task={per_task}.")
+    gpus = int(params.get("gpus_per_node") or 0)
+    most = max(g for _, g in nodes)
+    if gpus > most:
+        raise ConfigError(
+            f"lit-amp: trainer.devices={devices} asks for {gpus} GPUs per node "
+            f"(hydra.launcher.gpus_per_node, trainer.accelerator="
+            f"{_trainer(config, 'accelerator')}), but the nodes of partition {name!r} have at "
+            f"most {most}; allowed: trainer.devices <= {most}"
+            + (", or trainer.accelerator=cpu on CPU nodes." if most == 0 else "."))
+    want = int(params.get("nodes") or 1)
+    if want > len(nodes):
+        raise ConfigError(
+            f"lit-amp: trainer.num_nodes={_trainer(config, 'num_nodes')} asks for {want} nodes "
+            f"(hydra.launcher.nodes), but partition {name!r} has {len(nodes)}; allowed: "
+            f"trainer.num_nodes <= {len(nodes)}.")
+
+
+def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list:
+    """hydra-submitit-launcher's ``launch`` with :func:`preflight` before and :func:`watch`
+    after the submission; returns each job's Hydra ``JobReturn``."""
+    import submitit
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import filter_overrides
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    config = launcher.config
+    params = dict(launcher.params)
+    preflight(params, config)
+    executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
+                                     slurm_max_num_timeout=params.pop("max_num_timeout"))
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if "mode" in config.hydra.sweep:
+        os.chmod(sweep_dir, mode=int(str(config.hydra.sweep.mode), 8))
+    log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
+    rows = []
+    for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+        log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+        rows.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}",
+                     Singleton.get_state()))
+    jobs = executor.map_array(launcher, *zip(*rows))
+    log.info("Submitted SLURM job(s) %s", ", ".join(j.job_id for j in jobs))
+    watch(jobs, launcher.max_pending_min)
+    return [j.results()[0] for j in jobs]
+
+
+def _queue() -> dict[str, tuple[str, str]]:
+    """``{job id: (state, reason)}`` of this user's jobs in SLURM's queue."""
+    out = _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"],
+               "watching the jobs")
+    rows = (line.split("|") for line in out.splitlines() if line.count("|") == 2)
+    return {job: (state, reason) for job, state, reason in rows}
+
+
+def _has_result(job: Any) -> bool:
+    tasks = [job.task(k) for k in range(job.num_tasks)] if job.num_tasks > 1 else [job]
+    return all(t.paths.result_pickle.exists() for t in tasks)
+
+
+def _final_state(job_id: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                         text=True, timeout=60)
+    fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+    if not fields:
+        return "unknown: SLURM no longer lists it"
+    return f"{fields.get('JobState')}, reason {fields.get('Reason')}, exit code " \
+           f"{fields.get('ExitCode')}"
+
+
+def watch(jobs: list, max_pending_min: float | None, poll_s: float = 1.0,
+          notice_s: float = 60.0, grace_s: float = 30.0) -> None:
+    """Wait until every job has its result, within bounds SLURM cannot break.
+
+    Args:
+        jobs: submitit jobs.
+        max_pending_min: minutes a job may stay pending (None: no bound).
+        poll_s: seconds between two looks at the queue.
+        notice_s: seconds between two notices about a pending job.
+        grace_s: seconds a job that left the queue gets to show its result file.
+
+    Raises:
+        SlurmJobError: a job stayed pending longer than ``max_pending_min`` (it is cancelled;
+            the other jobs go on), or left the queue without a result.
+    """
+    pending: dict[str, float] = {}
+    gone: dict[str, float] = {}
+    told: dict[str, float] = {}
+    while True:
+        waiting = [j for j in jobs if not _has_result(j)]
+        if not waiting:
+            return
+        queue, now = _queue(), time.monotonic()
+        for job in waiting:
+            row = queue.get(job.job_id)
+            if row is None:
+                if now - gone.setdefault(job.job_id, now) > grace_s and not _has_result(job):
+                    raise SlurmJobError(
+                        f"lit-amp: SLURM job {job.job_id} ended without a result "
+                        f"({_final_state(job.job_id)}); its log: {job.paths.stderr}")
+                continue
+            gone.pop(job.job_id, None)
+            if row[0] != "PENDING":
+                pending.pop(job.job_id, None)
+                continue
+            waited = now - pending.setdefault(job.job_id, now)
+            if max_pending_min is not None and waited > float(max_pending_min) * 60:
+                subprocess.run(["scancel", job.job_id], capture_output=True, timeout=60)
+                others = [j.job_id for j in jobs if j is not job]
+                raise SlurmJobError(
+                    f"lit-amp: SLURM job {job.job_id} stayed pending for {waited:.0f} s "
+                    f"(reason: {row[1]}), longer than hydra.launcher.max_pending_min="
+                    f"{max_pending_min}; it was cancelled"
+                    + (f" (job(s) {', '.join(others)} go on)" if others else "")
+                    + ". Allowed: a larger max_pending_min, or null to wait without bound.")
+            if waited - told.get(job.job_id, 0.0) >= notice_s:
+                told[job.job_id] = waited
+                print(f"lit-amp: SLURM job {job.job_id} pending for {waited:.0f} s (reason: "
+                      f"{row[1]}); hydra.launcher.max_pending_min={max_pending_min}",
+                      file=sys.stderr, flush=True)
+        time.sleep(poll_s)
