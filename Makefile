@@ -14,7 +14,8 @@ DOCS_STAMP := $(VENV)/.installed-docs
 # `torch` would pull a multi-GB CUDA build).
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test bench lint clean conformance-record docs gpu-wheels gpu-check gpu-report
+.PHONY: demo test bench lint clean conformance-record docs gpu-wheels gpu-check gpu-report \
+        cluster-tools
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -39,8 +40,13 @@ demo: $(RUN_STAMP)
 # hidden: the suite asserts the CPU's behaviour (bf16 defaults, gloo). The CUDA subset
 # (tests/cuda, `-m cuda`) runs here on the CPU, which checks its logic; `make gpu-check` runs
 # it on a GPU (gpu/check.py runs the suite with these same two variables).
-test: $(STAMP)
+# The slurm-marked tests (tests/cluster) start a SLURM cluster of their own: cluster-tools
+# installs slurm-wlm and munge when missing (as root, with apt-get; a no-op when installed).
+test: $(STAMP) cluster-tools
 	CUDA_VISIBLE_DEVICES= LIT_AMP_CUDA_TESTS_ON=cpu $(VPY) -m pytest -q --durations=15
+
+cluster-tools:
+	@sh tests/cluster/install_slurm.sh
 
 # ---- the GPU kit (README "On a GPU") ----------------------------------------------------
 # here, with the package registry: the wheels the GPU machine's image lacks, into .whl/
@@ -74,7 +80,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: $(STAMP)
-	$(VPY) -m ruff check lit_amp tests bench examples conformance gpu
+	$(VPY) -m ruff check lit_amp tests bench examples conformance gpu hydra_plugins
 
 clean:
 	rm -rf $(VENV) lightning_logs outputs multirun runs .pytest_cache site gpu-out
