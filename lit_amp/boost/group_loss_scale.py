@@ -51,6 +51,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_amp.amp.loss_scale.managers import LossScaleManager
+from lit_amp.amp.loss_scale.rule import TENSOR, DynamicScaleRule, next_scale_state
 from lit_amp.boost.base import BoostAlgorithm
 
 if TYPE_CHECKING:
@@ -64,6 +65,10 @@ log = logging.getLogger(__name__)
 
 REDUCE_RATIO = 1.0 / math.sqrt(2.0)
 GROWTH_RATIO = 2.0 ** (1.0 / 1000.0)
+#: MindSpore's per-group rule as the one dynamic rule: every finite step grows by
+#: ``GROWTH_RATIO`` (window 1), an overflow multiplies by ``REDUCE_RATIO``, no floor
+GROUP_RULE = DynamicScaleRule(factor=GROWTH_RATIO, window=1, min_scale=None,
+                              backoff=REDUCE_RATIO)
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -243,12 +248,18 @@ class _GroupUpdateCell(nn.Module):
     def forward(self, loss_scale: Tensor, overflow: Any) -> Tensor:
         m = self.manager
         ovf = bool(overflow)
-        for k, group in enumerate(m.loss_scale_groups):
-            bad = ovf and any(
+        bad = [
+            ovf and any(
                 p.grad is not None and not bool(torch.isfinite(p.grad).all()) for p in group
             )
-            m.update_loss_scale_status(k, REDUCE_RATIO if bad else GROWTH_RATIO)
+            for group in m.loss_scale_groups
+        ]
+        scales = m.dynamic_loss_scale[1 : len(bad) + 1]
+        flags = torch.tensor(bad, dtype=torch.bool, device=scales.device)
+        new, _, _ = next_scale_state(scales, 0, None, flags, GROUP_RULE, TENSOR)
+        scales.copy_(new)
         return loss_scale
+
 
 class LossScaleGroup(BoostAlgorithm):
     """The boost flag ``loss_scale_group``: the module must train with a

@@ -1,6 +1,6 @@
 """Loss-scale managers and update cells: MindSpore's ``LossScaleManager`` family in PyTorch.
 
-Pure PyTorch (no Lightning). Spec §2.6.
+Pure PyTorch (no Lightning); docs/semantics.md §2.6.
 
 - :class:`FixedLossScaleManager` ``(loss_scale=128.0, drop_overflow_update=True)``: a constant
   scale. With ``drop_overflow_update=True`` an overflowing step is skipped; with ``False`` the
@@ -11,12 +11,12 @@ Pure PyTorch (no Lightning). Spec §2.6.
   and ``max_loss_scale`` are lit_amp additions; their defaults keep MindSpore's behaviour.
 
 The *update cells* (:class:`DynamicLossScaleUpdateCell`, :class:`FixedLossScaleUpdateCell`) are
-the authoritative rule — MindSpore's device-side ``construct(loss_scale, overflow)`` that updates
-the scale tensor in place. :meth:`DynamicLossScaleManager.update_loss_scale` is MindSpore's
-separate host-side mirror (what ``Model`` calls after each non-sink step), kept as specified,
-including its RuntimeError after more than 1000 consecutive overflows. The train steps of
-lit_amp drive the cells through
-:class:`~lit_amp.amp.loss_scale.controller.LossScaleController`.
+authoritative — MindSpore's device-side ``construct(loss_scale, overflow)`` that updates the
+scale tensor in place. :meth:`DynamicLossScaleManager.update_loss_scale` is MindSpore's separate
+host-side mirror (what ``Model`` calls after each non-sink step), kept as specified, including
+its RuntimeError after more than 1000 consecutive overflows. Both move the scale by the one
+rule of :mod:`~lit_amp.amp.loss_scale.rule`. The train steps of lit_amp drive the cells
+through :class:`~lit_amp.amp.loss_scale.controller.LossScaleController`.
 
 Example:
     >>> import torch
@@ -31,8 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import math
-import struct
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -45,6 +43,14 @@ from lit_amp._validation import (
     check_positive_number,
     value_error,
 )
+from lit_amp.amp.loss_scale.rule import (
+    HOST,
+    HOST_FP32,
+    TENSOR,
+    DynamicScaleRule,
+    f32,
+    next_scale_state,
+)
 
 __all__ = [
     "LossScaleManager",
@@ -53,14 +59,6 @@ __all__ = [
     "FixedLossScaleUpdateCell",
     "DynamicLossScaleUpdateCell",
 ]
-
-
-def _f32(x: float) -> float:
-    """``x`` rounded to the nearest fp32 value (inf beyond the fp32 range)."""
-    try:
-        return struct.unpack("f", struct.pack("f", x))[0]
-    except OverflowError:
-        return math.copysign(math.inf, x)
 
 
 def _check_scale(name: str, value: Any, cls: str) -> float:
@@ -124,29 +122,19 @@ class FixedLossScaleUpdateCell(nn.Module):
 class DynamicLossScaleUpdateCell(nn.Module):
     """Device-side dynamic loss-scale update (MindSpore ``nn.DynamicLossScaleUpdateCell``).
 
-    ``forward(loss_scale, overflow)`` writes the new scale into the fp32 tensor ``loss_scale``
-    in place and returns ``overflow``. The rule (docs/semantics.md §2.6; ``cur_iter`` starts at 1,
-    ``last_overflow_iter`` at 0), with lit_amp's hysteresis and clamps::
-
-        shrink     = overflow and hysteresis_left <= 1       # hysteresis=1: every overflow
-        if overflow and not shrink: hysteresis_left -= 1
-        ls_ovf     = max(ls / factor, min_loss_scale) if shrink else ls
-        should_inc = (cur_iter - last_overflow_iter) >= window   # pre-update last_overflow_iter
-        if overflow or should_inc: last_overflow_iter = cur_iter
-        if should_inc and not overflow:
-            ls = min(ls_ovf * factor, max_loss_scale)  # kept at ls_ovf if that is not finite
-            hysteresis_left = hysteresis
-        else:
-            ls = ls_ovf
-        cur_iter += 1
+    ``forward(loss_scale, overflow)`` writes the new scale into the float32 tensor
+    ``loss_scale`` in place and returns ``overflow``. The rule is
+    :func:`~lit_amp.amp.loss_scale.rule.next_scale_state` (docs/semantics.md §2.6) on MindSpore's
+    counters: ``cur_iter`` starts at 1, ``last_overflow_iter`` at 0 and is set to ``cur_iter`` at
+    each overflow and each growth, so the rule's counter is ``cur_iter - last_overflow_iter - 1``.
 
     With the defaults (``hysteresis=1, min_loss_scale=1.0, max_loss_scale=None``) this is
     MindSpore's rule exactly: the first growth happens at step ``window``, an overflow (also at
-    a growth step) halves the scale with a floor of 1 and restarts the window. lit_amp also
-    refuses a growth to a non-finite value (fp32 overflow beyond 3.4e38, MindSpore would store
-    inf). Hysteresis is DeepSpeed's "delayed shift": ``hysteresis`` overflows are tolerated
-    (skipped, but the scale kept) before the scale shrinks; the allowance is refilled at each
-    growth. All arithmetic is fp32 tensor ops on ``loss_scale``'s device (no host sync).
+    a growth step) divides the scale by the factor with a floor of 1 and restarts the window.
+    lit_amp also refuses a growth to a non-finite value (float32 overflow beyond 3.4e38,
+    MindSpore would store inf). Hysteresis is DeepSpeed's "delayed shift": ``hysteresis``
+    overflows are tolerated (skipped, but the scale kept) before the scale shrinks; the
+    allowance is refilled at each growth. Everything is computed in float32.
 
     Args:
         loss_scale_value: initial scale (returned by :meth:`get_loss_scale`).
@@ -184,10 +172,14 @@ class DynamicLossScaleUpdateCell(nn.Module):
         self.min_loss_scale, self.max_loss_scale = _check_bounds(
             min_loss_scale, max_loss_scale, cls
         )
-        # the constants as the fp32 values the rule computes with
-        self._factor32 = _f32(self.scale_factor)
-        self._min32 = _f32(self.min_loss_scale)
-        self._max32 = None if self.max_loss_scale is None else _f32(self.max_loss_scale)
+        # the constants as the float32 values the rule computes with
+        self._rule = DynamicScaleRule(
+            factor=f32(self.scale_factor),
+            window=self.scale_window,
+            hysteresis=self.hysteresis,
+            min_scale=f32(self.min_loss_scale),
+            max_scale=None if self.max_loss_scale is None else f32(self.max_loss_scale),
+        )
         self.register_buffer("cur_iter", torch.tensor(1, dtype=torch.int64))
         self.register_buffer("last_overflow_iter", torch.tensor(0, dtype=torch.int64))
         self.register_buffer("hysteresis_left", torch.tensor(self.hysteresis, dtype=torch.int64))
@@ -200,9 +192,9 @@ class DynamicLossScaleUpdateCell(nn.Module):
     def forward(self, loss_scale: Tensor, overflow: Tensor | bool) -> Tensor:
         """Update ``loss_scale`` in place from ``overflow``; return ``overflow`` (bool tensor).
 
-        On CPU the rule runs on Python scalars with fp32 rounding (a few µs instead of a dozen
-        tiny tensor ops); elsewhere it runs as tensor ops without a host sync. Both give the
-        same fp32 results.
+        On CPU the rule runs on Python numbers rounded to float32 (no tensor op); elsewhere on
+        tensors without a host sync. Both run :func:`~lit_amp.amp.loss_scale.rule.next_scale_state`
+        and give the same float32 results.
         """
         on_cpu = loss_scale.device.type == "cpu" and self.cur_iter.device.type == "cpu"
         if on_cpu and (not isinstance(overflow, Tensor) or overflow.device.type == "cpu"):
@@ -210,52 +202,29 @@ class DynamicLossScaleUpdateCell(nn.Module):
         return self._forward_tensor(loss_scale, overflow)
 
     def _forward_host(self, loss_scale: Tensor, ovf: bool) -> Tensor:
-        ls = loss_scale.item()
-        cur, last = int(self.cur_iter), int(self.last_overflow_iter)
-        hyst = int(self.hysteresis_left)
-        shrink = ovf and hyst <= 1
-        ls_ovf = max(_f32(ls / self._factor32), self._min32) if shrink else ls
-        if ovf and not shrink:
-            hyst -= 1
-        should_inc = (cur - last) >= self.scale_window
-        if ovf or should_inc:
-            last = cur
-        if should_inc and not ovf:
-            grown = _f32(ls_ovf * self._factor32)
-            if self._max32 is not None:
-                grown = min(grown, self._max32)
-            ls_new = grown if math.isfinite(grown) else ls_ovf
-            hyst = self.hysteresis
-        else:
-            ls_new = ls_ovf
-        if ls_new != ls:
-            loss_scale.fill_(ls_new)
-        self.last_overflow_iter.fill_(last)
+        ls, cur = loss_scale.item(), int(self.cur_iter)
+        new, counter, hyst = next_scale_state(
+            ls, cur - int(self.last_overflow_iter) - 1, int(self.hysteresis_left), ovf,
+            self._rule, HOST_FP32,
+        )
+        if new != ls:
+            loss_scale.fill_(new)
+        self.last_overflow_iter.fill_(cur - counter)
         self.hysteresis_left.fill_(hyst)
         self.cur_iter.fill_(cur + 1)
         return torch.tensor(ovf)
 
     def _forward_tensor(self, loss_scale: Tensor, overflow: Tensor | bool) -> Tensor:
-        ls = loss_scale
-        ovf = torch.as_tensor(overflow, device=ls.device).to(torch.bool).reshape(())
-        hyst = self.hysteresis_left
-        shrink = ovf & (hyst <= 1)
-        shrunk = torch.clamp(ls / self._factor32, min=self._min32)
-        ls_ovf = torch.where(shrink, shrunk, ls)
-        hyst_new = torch.where(ovf & ~shrink, hyst - 1, hyst)
-        should_inc = (self.cur_iter - self.last_overflow_iter) >= self.scale_window
-        self.last_overflow_iter.copy_(
-            torch.where(ovf | should_inc, self.cur_iter, self.last_overflow_iter)
+        ovf = torch.as_tensor(overflow, device=loss_scale.device).to(torch.bool).reshape(())
+        cur = self.cur_iter
+        new, counter, hyst = next_scale_state(
+            loss_scale, cur - self.last_overflow_iter - 1, self.hysteresis_left, ovf,
+            self._rule, TENSOR,
         )
-        grow = should_inc & ~ovf
-        grown = ls_ovf * self._factor32
-        if self._max32 is not None:
-            grown = torch.clamp(grown, max=self._max32)
-        grown = torch.where(torch.isfinite(grown), grown, ls_ovf)
-        ls.copy_(torch.where(grow, grown, ls_ovf))
-        refill = torch.full_like(hyst, self.hysteresis)
-        self.hysteresis_left.copy_(torch.where(grow, refill, hyst_new))
-        self.cur_iter.add_(1)
+        loss_scale.copy_(new)
+        self.last_overflow_iter.copy_(cur - counter)
+        self.hysteresis_left.copy_(hyst)
+        cur.add_(1)
         return ovf
 
     def extra_repr(self) -> str:
@@ -426,12 +395,12 @@ class DynamicLossScaleManager(LossScaleManager):
     def update_loss_scale(self, overflow: bool) -> None:
         """MindSpore's host-side mirror update (what ``Model`` calls after a non-sink step).
 
-        ::
+        The rule of :func:`~lit_amp.amp.loss_scale.rule.next_scale_state` on Python numbers,
+        with MindSpore's host arithmetic (an overflow multiplies by ``decrease_ratio = 1 /
+        factor``) and its counters::
 
-            if overflow:  scale = max(scale * (1/factor), min_loss_scale)  # after hysteresis
-                          last_overflow_iter = cur_iter; bad_step += 1
-            else:         if (cur_iter - last_overflow_iter) % window == 0: scale *= factor
-                          bad_step = 0
+            if overflow:  last_overflow_iter = cur_iter; bad_step += 1
+            else:         bad_step = 0           # growth when (cur_iter - last) % window == 0
             if bad_step > 1000: raise RuntimeError
             cur_iter += 1
 
@@ -440,20 +409,21 @@ class DynamicLossScaleManager(LossScaleManager):
         Raises:
             RuntimeError: more than 1000 consecutive overflowing steps.
         """
+        overflow = bool(overflow)
+        rule = DynamicScaleRule(
+            factor=self.increase_ratio, window=self.scale_window, hysteresis=self.hysteresis,
+            min_scale=self.min_loss_scale, max_scale=self.max_loss_scale,
+            backoff=self.decrease_ratio,
+        )
+        # MindSpore's counters give the rule's: finite steps since the last overflow or growth
+        counter = (self.cur_iter - self.last_overflow_iter - 1) % self.scale_window
+        self.loss_scale, _, self._hysteresis_left = next_scale_state(
+            self.loss_scale, counter, self._hysteresis_left, overflow, rule, HOST
+        )
         if overflow:
-            if self._hysteresis_left <= 1:
-                self.loss_scale = max(self.loss_scale * self.decrease_ratio, self.min_loss_scale)
-            else:
-                self._hysteresis_left -= 1
             self.last_overflow_iter = self.cur_iter
             self.bad_step += 1
         else:
-            if (self.cur_iter - self.last_overflow_iter) % self.scale_window == 0:
-                grown = self.loss_scale * self.increase_ratio
-                if self.max_loss_scale is not None:
-                    grown = min(grown, self.max_loss_scale)
-                self.loss_scale = grown
-                self._hysteresis_left = self.hysteresis
             self.bad_step = 0
         if self.bad_step > self.bad_step_max:
             raise RuntimeError(

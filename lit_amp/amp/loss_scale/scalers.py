@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from lit_amp._validation import check_int, check_number, check_positive_int
+from lit_amp.amp.loss_scale.rule import TENSOR, DynamicScaleRule, next_scale_state
 
 __all__ = [
     "LossScaler",
@@ -276,6 +277,9 @@ class DynamicLossScaler(_TensorScaler):
         else:
             scale = max(1, scale / factor); counter = 0
 
+    This is the dynamic rule of the managers without hysteresis or ceiling
+    (:func:`~lit_amp.amp.loss_scale.rule.next_scale_state`, whose counter is this one).
+
     Args:
         scale_value: initial scale, an int or float >= 1 (0-d fp32 tensor ``scale_value``).
         scale_factor: growth/shrink factor, a positive int.
@@ -311,13 +315,10 @@ class DynamicLossScaler(_TensorScaler):
         """
         s = self.scale_value
         finite = torch.as_tensor(grads_finite, device=s.device).to(torch.bool).reshape(())
-        grown = s * self.scale_factor
-        at_window = self.counter == (self.scale_window - 1)
-        on_finite = torch.where(at_window & torch.isfinite(grown), grown, s)
-        on_overflow = torch.clamp(s / self.scale_factor, min=1.0)
-        s.copy_(torch.where(finite, on_finite, on_overflow))
-        nxt = torch.remainder(self.counter + 1, self.scale_window)
-        self.counter.copy_(torch.where(finite, nxt, torch.zeros_like(nxt)))
+        rule = DynamicScaleRule(factor=self.scale_factor, window=self.scale_window)
+        scale, counter, _ = next_scale_state(s, self.counter, None, ~finite, rule, TENSOR)
+        s.copy_(scale)
+        self.counter.copy_(counter)
         return True
 
     def __repr__(self) -> str:
