@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from lit_amp.amp.cells import TrainOneStepCell, WithEvalCell, WithLossCell
+from lit_amp.amp.loss_scale.controller import LossScaleController
 from lit_amp.metrics import get_metrics, metric_value_to_python, update_metrics
 from lit_amp.model._checks import MODEL_KWARGS, check_model_arguments
 from lit_amp.model._lightning import (
@@ -56,6 +57,8 @@ __all__ = ["LitModel", "MODEL_KWARGS"]
 
 log = logging.getLogger(__name__)
 
+#: the step driver of a LitModel without loss scaling (a disabled controller keeps no state)
+_NO_LOSS_SCALE = LossScaleController(None)
 
 
 class LitModel(CheckpointStateMixin, L.LightningModule):
@@ -303,7 +306,6 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
             device = next(self.network.parameters(), torch.empty(0)).device
         from lit_amp.amp.convert import apply_amp_config
         from lit_amp.amp.levels import resolve_amp_config
-        from lit_amp.amp.loss_scale.controller import LossScaleController
 
         kw: dict[str, Any] = {}
         if "keep_batchnorm_fp32" in self.amp_kwargs:
@@ -525,8 +527,7 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         if ctl is None or not ctl.enabled:
             self._backward(scaled, sync=last)
             if last:
-                self._clip(raw)
-                self._optimizer_step(lopt)
+                self._apply_step(lopt)
             return {"loss": loss.detach()}
         self._backward(ctl.scale_loss(scaled), sync=last)
         if not last:
@@ -535,14 +536,18 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
                 "overflow": torch.tensor(False),
                 "loss_scale": torch.tensor(ctl.scale),
             }
-        ctl.unscale_(raw)
-        overflow = ctl.found_overflow([raw])
-        if not ctl.should_skip(overflow):
-            self._clip(raw)  # after unscaling: the threshold applies to the true gradients
-            self._optimizer_step(lopt)
-        ctl.update(overflow)
+        self._apply_step(lopt)
         loss_, ovf, scale = ctl.step_outputs(loss.detach())
         return {"loss": loss_, "overflow": ovf, "loss_scale": scale}
+
+    def _apply_step(self, lopt: Any) -> None:
+        """Apply the accumulated gradients: :meth:`LossScaleController.apply` (unscale, clip,
+        overflow check, optimizer step unless skipped, scale update); without loss scaling,
+        clip and step."""
+        raw = lopt.optimizer
+        ctl = self.loss_scale if self.loss_scale is not None else _NO_LOSS_SCALE
+        # the clipping runs after unscaling: the threshold applies to the true gradients
+        ctl.apply(raw, lambda: self._optimizer_step(lopt), before_step=lambda: self._clip(raw))
 
     @property
     def open_window(self) -> int:
@@ -582,17 +587,7 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         n = max(self.grad_accumulation_steps, self._trainer_grad["accumulate"])
         for g in grads:
             g.mul_(n / m)
-        ctl = self.loss_scale
-        scaled = ctl is not None and ctl.enabled
-        overflow = False
-        if scaled:
-            ctl.unscale_(raw)
-            overflow = ctl.found_overflow([raw])
-        if not (scaled and ctl.should_skip(overflow)):
-            self._clip(raw)
-            self._optimizer_step(lopt)
-        if scaled:
-            ctl.update(overflow)
+        self._apply_step(lopt)
         raw.zero_grad(set_to_none=True)
         self._accum_i = 0
         return m

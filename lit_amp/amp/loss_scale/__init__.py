@@ -6,7 +6,10 @@ engine every lit_amp train step uses (``Model``, ``LitModel``, ``build_train_net
 follows its update cell:
 
 * :mod:`~lit_amp.amp.loss_scale.controller` - :class:`LossScaleController`: scale the loss,
-  unscale the gradients, check for overflow (all-reduced), skip the step, update the scale.
+  unscale the gradients, check for overflow (all-reduced), skip the step, update the scale;
+  its ``apply`` is the one driver of every scaled step.
+* :mod:`~lit_amp.amp.loss_scale.rule` - :func:`next_scale_state`: MindSpore's dynamic rule,
+  one function for host numbers and device tensors, which every dynamic scale moves by.
 * :mod:`~lit_amp.amp.loss_scale.managers` - ``FixedLossScaleManager``,
   ``DynamicLossScaleManager`` and their update cells (MindSpore's ``LossScaleManager`` family).
 * :mod:`~lit_amp.amp.loss_scale.scalers` - ``StaticLossScaler``, ``DynamicLossScaler``,

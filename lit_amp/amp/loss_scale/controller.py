@@ -7,23 +7,28 @@ plugin and the cell returned by ``build_train_network`` all drive a controller b
 One training step (docs/semantics.md §2.7), for any number of optimizers::
 
     controller.scale_loss(loss).backward()          # loss * scale; `loss` itself is untouched
-    for opt in optimizers:
-        controller.unscale_(opt)                    # grads /= scale, before clipping / step
-    clip_gradients(...)                             # optional: sees the true gradients
-    overflow = controller.found_overflow(optimizers)  # any inf/NaN grad on ANY rank
-    if not controller.should_skip(overflow):        # skip the WHOLE step on overflow
-        for opt in optimizers:
-            opt.step()
+    done = controller.apply(optimizers, step_all, before_step=clip)
+    if not done.skipped:
         lr_scheduler.step()                         # the schedule advances only on real steps
-    controller.update(overflow)                     # once per step, not per optimizer
     loss, overflow_t, scale_used = controller.step_outputs(loss)
 
-:meth:`LossScaleController.step` bundles this for one optimizer.
+where :meth:`~LossScaleController.apply`, the one driver of every scaled step in lit_amp, is::
+
+    for opt in optimizers:
+        controller.unscale_(opt)                    # grads /= scale, before clipping / step
+    clip()                                          # optional: sees the true gradients
+    overflow = controller.found_overflow(optimizers)  # any inf/NaN grad on ANY rank
+    if not controller.should_skip(overflow):        # skip the WHOLE step on overflow
+        step_all()
+    controller.update(overflow)                     # once per step, not per optimizer
+
+:meth:`LossScaleController.step` bundles the backward and ``apply`` for one optimizer.
 
 Semantics:
 
-- The scale follows the manager's update cell: MindSpore's device rule (docs/semantics.md §2.6) plus
-  lit_amp's optional hysteresis and min/max clamps; a fixed manager keeps its scale.
+- The scale follows the manager's update cell: MindSpore's dynamic rule
+  (:mod:`~lit_amp.amp.loss_scale.rule`, docs/semantics.md §2.6) plus lit_amp's optional
+  hysteresis and min/max clamps; a fixed manager keeps its scale.
 - ``drop_overflow_update`` (``FixedLossScaleManager(S, drop_overflow_update=False)``): scale by
   ``S``, unscale, and never skip, exactly as MindSpore's ``TrainOneStepCell(sens=S)`` with an
   optimizer built with ``loss_scale=S``.
@@ -44,9 +49,6 @@ Semantics:
 - Checking costs one fused pass over the gradients, done while unscaling
   (``torch._amp_foreach_non_finite_check_and_unscale_``, the kernel behind
   ``torch.amp.GradScaler``), and one host sync per step.
-
-Size: one class, one state machine (as ``torch.amp.GradScaler``, which is longer); its
-docstrings carry the protocol, so the module reads top to bottom.
 
 Example:
     >>> import torch
@@ -69,7 +71,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -83,11 +85,19 @@ from lit_amp.amp.loss_scale.managers import (
     LossScaleManager,
 )
 
-__all__ = ["LossScaleController"]
+__all__ = ["LossScaleController", "AppliedStep"]
 
 logger = logging.getLogger(__name__)
 
 _STATE_VERSION = 1
+
+
+class AppliedStep(NamedTuple):
+    """What :meth:`LossScaleController.apply` did."""
+
+    overflow: bool  #: a gradient was inf/NaN on some rank
+    skipped: bool  #: the optimizer step was skipped
+    output: Any  #: what the step callable returned (None when skipped)
 
 
 def _declared_loss_scale(optimizer: Any, group: dict) -> float:
@@ -433,6 +443,59 @@ class LossScaleController:
             torch.tensor(self.last_scale_used, dtype=torch.float32, device=device),
         )
 
+    def apply(
+        self,
+        optimizers: Sequence[Optimizer] | Optimizer,
+        step: Callable[[], Any],
+        *,
+        before_step: Callable[[], Any] | None = None,
+        update: bool = True,
+    ) -> AppliedStep:
+        """Finish a step whose scaled backward has run: the one driver of every scaled step.
+
+        :meth:`unscale_` each optimizer, ``before_step()`` (clipping and hooks: they see the
+        true gradients), :meth:`found_overflow`, ``step()`` unless :meth:`should_skip`, and
+        :meth:`update`. ``LitModel``, the ``AmpPrecision`` plugin, :meth:`step` and the
+        train-step cells all finish their steps here. Disabled: ``before_step()`` and
+        ``step()`` only.
+
+        Args:
+            optimizers: the optimizer(s) whose gradients this step applies.
+            step: no-argument callable that steps them all (e.g. ``optimizer.step``).
+            before_step: optional no-argument callable run after unscaling, before the
+                overflow check, on every step (skipped ones too, as Lightning's
+                ``on_before_optimizer_step`` and clipping).
+            update: False leaves :meth:`update` to the caller (Lightning's manual
+                optimization updates once per training step, after all its optimizers).
+
+        Returns:
+            :class:`AppliedStep` ``(overflow, skipped, output)``; ``output`` is what ``step()``
+            returned (None when skipped).
+
+        Example:
+            >>> from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
+            >>> net = torch.nn.Linear(2, 1)
+            >>> opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            >>> ctl = LossScaleController(DynamicLossScaleManager(2.0**8))
+            >>> ctl.scale_loss(net(torch.ones(1, 2)).sum() * float("nan")).backward()
+            >>> ctl.apply(opt, opt.step)
+            AppliedStep(overflow=True, skipped=True, output=None)
+            >>> ctl.scale
+            128.0
+        """
+        if isinstance(optimizers, Optimizer) or hasattr(optimizers, "param_groups"):
+            optimizers = [optimizers]  # type: ignore[list-item]
+        for optimizer in optimizers:
+            self.unscale_(optimizer)
+        if before_step is not None:
+            before_step()
+        overflow = self.found_overflow(optimizers)
+        skipped = self.should_skip(overflow)
+        output = None if skipped else step()
+        if update:
+            self.update(overflow)
+        return AppliedStep(overflow, skipped, output)
+
     def step(
         self,
         optimizer: Optimizer,
@@ -442,11 +505,10 @@ class LossScaleController:
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One loss-scaled step for a raw PyTorch loop and a single optimizer.
 
-        Runs ``scale_loss(loss).backward()``, :meth:`unscale_`, ``clip_fn()`` (so clipping sees
-        the unscaled gradients), :meth:`found_overflow`, ``optimizer.step()`` unless the step
-        is skipped, and :meth:`update`. It does not zero the gradients (call
-        ``optimizer.zero_grad()`` before the forward, as usual). Step an LR scheduler only when
-        :attr:`last_skipped` is False.
+        Runs ``scale_loss(loss).backward()`` and :meth:`apply` (unscale, ``clip_fn()``, overflow
+        check, ``optimizer.step()`` unless the step is skipped, update). It does not zero the
+        gradients (call ``optimizer.zero_grad()`` before the forward, as usual). Step an LR
+        scheduler only when :attr:`last_skipped` is False.
 
         Args:
             optimizer: the optimizer.
@@ -468,13 +530,7 @@ class LossScaleController:
             (True, 16777216.0, 8388608.0, True)
         """
         self.scale_loss(loss).backward()
-        self.unscale_(optimizer)
-        if clip_fn is not None:
-            clip_fn()
-        overflow = self.found_overflow([optimizer])
-        if not self.should_skip(overflow):
-            optimizer.step()
-        self.update(overflow)
+        self.apply(optimizer, optimizer.step, before_step=clip_fn)
         return self.step_outputs(loss)
 
     # ----------------------------------------------------------------- state

@@ -442,29 +442,29 @@ class _AmpPrecisionMixin:
         if not automatic:
             self._flush(key)
         closure_result = closure()
-        skip_unscaling = closure_result is None and automatic
-        if not skip_unscaling:
-            ctl.unscale_(optimizer)  # before clipping and on_before_optimizer_step
-        self._after_closure(model, optimizer)  # type: ignore[attr-defined]
-        if skip_unscaling:
+        if closure_result is None and automatic:  # the backward was skipped: nothing to apply
+            self._after_closure(model, optimizer)  # type: ignore[attr-defined]
             return closure_result
-        overflow = ctl.found_overflow([optimizer])
-        skip = ctl.should_skip(overflow)
-        result = None if skip else optimizer.step(**kwargs)
-        if overflow and self.diagnostics is not None:
+        # unscale before on_before_optimizer_step and clipping (Lightning's order); in manual
+        # optimization the scale is updated once per training step, after all its optimizers
+        scale_used = ctl.scale
+        done = ctl.apply(
+            optimizer,
+            lambda: optimizer.step(**kwargs),
+            before_step=lambda: self._after_closure(model, optimizer),  # type: ignore[attr-defined]
+            update=automatic,
+        )
+        if done.overflow and self.diagnostics is not None:
             log.warning("%s: gradient overflow (loss scale %s); first non-finite layer: %s",
-                        type(self).__name__, ctl.scale, self.diagnostics.first_nonfinite())
-        if automatic:
-            ctl.update(overflow)
-            self._skipped_unconsumed = skip
-        else:
+                        type(self).__name__, scale_used, self.diagnostics.first_nonfinite())
+        if not automatic:
             self._pending_key = key
-            self._pending_overflow = self._pending_overflow or bool(overflow)
+            self._pending_overflow = self._pending_overflow or done.overflow
             if key is None:  # no trainer loop to tell steps apart: update now
                 self._flush()
-            self._skipped_unconsumed = skip
+        self._skipped_unconsumed = done.skipped
         self._log(model)
-        return result
+        return done.output
 
     def _log(self, model: Any) -> None:
         if not self.log_loss_scale or getattr(model, "_current_fx_name", None) is None:
