@@ -26,7 +26,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from lit_amp._runtime import dist_ready
 from lit_amp.cli.schema import ConfigError
 
 log = logging.getLogger(__name__)
@@ -125,6 +124,8 @@ def ddp_job_scope() -> Iterator[None]:
     try:
         yield
     finally:
+        from lit_amp._runtime import dist_ready  # here: this module imports no torch
+
         if dist_ready():
             import torch.distributed as dist
 
