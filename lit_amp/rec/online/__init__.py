@@ -8,6 +8,7 @@ module             holds
 ``loop``           :class:`OnlineLoop`: the callback bridge with ``online_train``'s epochs
 ``stopping``       stop conditions and signal handlers
 ``checkpoints``    cursor checkpoints and resuming from them
+``snapshot``       consistent snapshots written while training goes on (copy-on-write)
 ``publisher``      published weights on the run's cadence
 ``validation``     the held-out window (test-then-train) or a fixed validation set
 ``ranks``          the DDP collectives the loop needs

@@ -3,18 +3,30 @@
 A checkpoint (:class:`CursorCheckpoints`) is one ``online-{step}.ckpt`` file holding the
 train-step module's state (network, optimizer, loss scale) and, under ``"online"``, the
 stream cursor of every rank and the counters, so they are restored together. Only rank 0
-writes; the cursors are gathered first. A source is told that a cursor is durable
-(``checkpointed(cursor)``) one checkpoint late: when rank 0 joins the gather of the next
-checkpoint it has finished writing the previous one.
+writes; the cursors are gathered first.
+
+With ``CheckpointOptions(background=True)`` (the default) the training loop only takes a
+snapshot (:mod:`.snapshot`: small tensors cloned, big embedding tables copied on write) and
+a background thread writes the file while training goes on. At most one write is in flight:
+a checkpoint due while the previous one is still being written waits for it (the wait is
+counted and logged). A failed write is raised in the training loop at the next step end (on
+every rank). The final checkpoint (end of the stream, a stop, a signal) is written in the
+loop and waited for; after an exception the write in flight is waited for.
+
+A source is told that a cursor is durable (``checkpointed(cursor)``) one checkpoint late:
+when rank 0 joins the gather of the next checkpoint it has finished writing the previous
+one (fsync-ed and renamed), and says whether it succeeded.
 
 At the start of a run, rank 0 removes the temp files a killed writer left in the folder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from lit_amp._io import remove_stale_temps
@@ -22,8 +34,9 @@ from lit_amp.rec._stream import OnlineStream
 from lit_amp.rec.online.guard import refuse_nonfinite
 from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary
 from lit_amp.rec.online.ranks import Ranks
+from lit_amp.rec.online.snapshot import Snapshot, SnapshotBroken, Snapshots, SnapshotStats
 from lit_amp.rec.publish import latest_checkpoint, plain_state, prune_checkpoints
-from lit_amp.serialization import save_checkpoint
+from lit_amp.serialization import checkpoint_payload, save_checkpoint
 
 __all__ = ["CursorCheckpoints"]
 
@@ -73,17 +86,27 @@ class CursorCheckpoints:
         self.saved_cursor: Any = None  # this rank's cursor in the newest checkpoint
         self.last_step = -1
         self.last_time = 0.0
+        self.waits = 0  # checkpoints that waited for the previous write
+        self._snapshots: Snapshots | None = None  # rank 0, background writes
+        self._pool: ThreadPoolExecutor | None = None
+        # rank 0: the background write in flight: (future, snapshot, step, stall_s, waited_s)
+        self._inflight: tuple[Future, Snapshot, int, float, float] | None = None
+        self._status = "durable"  # rank 0: the newest checkpoint: durable, abandoned, failed
+        self._error: BaseException | None = None  # rank 0: why the last write failed
 
     @property
     def directory(self) -> str:
         return os.fspath(self.opts.ckpt_dir)
 
-    def start(self, step: int, t0: float) -> None:
-        """Mark ``step`` as covered (nothing new to save yet); rank 0 removes stale temps."""
+    def start(self, step: int, t0: float, optimizers: Any = (), network: Any = None) -> None:
+        """Mark ``step`` as covered (nothing new to save yet); rank 0 removes stale temps and,
+        with background writes, hooks ``optimizers`` for copy-on-write snapshots."""
         self.last_step = step
         self.last_time = t0
         if self.ranks.rank == 0:
             remove_stale_temps(self.directory)
+            if self.opts.background:
+                self._snapshots = Snapshots(optimizers, network=network)
 
     def time_due(self, now: float) -> bool:
         """Whether ``ckpt_every_n_seconds`` have passed since the last checkpoint."""
@@ -95,17 +118,28 @@ class CursorCheckpoints:
         every = self.opts.ckpt_every_n_steps
         return every is not None and step % every == 0
 
-    def save(self, lit: Any, step: int, cursor: Any) -> None:
-        """Write ``online-{step}.ckpt`` (a collective under DDP: every rank calls it).
+    def save(self, lit: Any, step: int, cursor: Any, *, background: bool = True) -> None:
+        """Checkpoint step ``step`` as ``online-{step}.ckpt`` (a collective under DDP: every rank
+        calls it). With background writes the file is written after this returns.
 
         Raises:
-            RuntimeError: a weight is NaN / inf (such a checkpoint is never written).
+            RuntimeError: a weight is NaN / inf (such a checkpoint is never written); the
+                previous background write failed (its error, on every rank).
+            OSError: the previous background write (or this one) failed on a full disk.
         """
-        refuse_nonfinite(lit, f"the checkpoint of step {step}")
-        cursors = self.ranks.gather(cursor)
-        # rank 0 finished writing the previous checkpoint before it joined this gather, so
-        # what that checkpoint covers is durable on every rank now
-        self.release(self.saved_cursor)
+        t0 = time.monotonic()
+        background = background and self.opts.background  # the same on every rank
+        waited = self._wait(due=True)
+        if not background:
+            refuse_nonfinite(lit, f"the checkpoint of step {step}")
+        gathered = self.ranks.gather((cursor, self._status))
+        status = gathered[0][1]  # rank 0's word on the previous checkpoint
+        if status == "failed":
+            self.raise_failure()
+        if status == "durable":
+            # rank 0 finished writing the previous checkpoint before it joined this gather, so
+            # what that checkpoint covers is durable on every rank now
+            self.release(self.saved_cursor)
         self.saved_cursor = cursor
         self.last_step = step
         self.last_time = time.monotonic()
@@ -115,26 +149,127 @@ class CursorCheckpoints:
             "step": step,
             "epoch": int(self.cb.cur_epoch_num),
             "records": self.summary.total_records,
-            "cursors": plain_state(cursors),  # loadable with torch.load(weights_only=True)
+            "cursors": plain_state([c for c, _ in gathered]),  # loadable with weights_only
             "world_size": self.ranks.world,
             "sink": self.sink,
             "time": time.time(),
         }
         path = os.path.join(self.directory, f"online-{step:012d}.ckpt")
-        save_checkpoint(_OnlineState(lit, online), path, {"step_num": step})
+        self._status = "writing"
+        if not background:
+            t1 = time.monotonic()
+            save_checkpoint(_OnlineState(lit, online), path, {"step_num": step})
+            prune_checkpoints(self.directory, self.opts.keep_checkpoint_max)
+            stats = SnapshotStats(path, os.path.getsize(path), time.monotonic() - t1)
+            self._written(step, stats, time.monotonic() - t0, waited, background=False)
+            return
+        payload = checkpoint_payload(_OnlineState(lit, online), {"step_num": step})
+        snap = self._snapshots.take(payload)  # type: ignore[union-attr]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="lit_amp-online-ckpt")
+        write = self._pool.submit(self._write, snap, path)
+        self._inflight = (write, snap, step, time.monotonic() - t0, waited)
+
+    def _write(self, snap: Snapshot, path: str) -> SnapshotStats:
+        """The background thread: write ``snap`` to ``path``, then prune old checkpoints."""
+        stats = snap.write(path)
         prune_checkpoints(self.directory, self.opts.keep_checkpoint_max)
-        self.summary.last_checkpoint = path
-        self.cb.latest_ckpt_file = path
+        return stats
+
+    def poll(self) -> bool:
+        """Collect a finished background write (rank 0); whether a write failed."""
+        if self._inflight is not None and self._inflight[0].done():
+            self._wait()
+        return self._error is not None
+
+    def _wait(self, due: bool = False) -> float:
+        """Wait for the write in flight and collect it (its error is kept, not raised);
+        returns the seconds waited. ``due``: a checkpoint is due (a wait is counted)."""
+        if self._inflight is None:
+            return 0.0
+        write, snap, step, stall, waited0 = self._inflight
+        self._inflight = None
+        t0 = time.monotonic()
+        busy = not write.done()
+        self.waits += int(due and busy)
+        try:
+            stats = write.result()
+        except SnapshotBroken as exc:
+            self._status = "abandoned"
+            self._snapshots.broken(snap)  # type: ignore[union-attr]
+            log.warning("%s Its parameters are copied whole in the next checkpoints; the next "
+                        "checkpoint is the next one due (or the final one).", exc)
+            return time.monotonic() - t0
+        except BaseException as exc:  # raised in the training loop by raise_failure
+            self._status, self._error = "failed", exc
+            return time.monotonic() - t0
+        waited = time.monotonic() - t0
+        if due and busy and (self.waits <= 3 or self.waits % 100 == 0):
+            log.warning(
+                "online_train: the checkpoint due now waited %.2f s for the previous one (step "
+                "%d) to be written (%d such waits): checkpoints are due more often than they "
+                "can be written; raise ckpt_every_n_steps / ckpt_every_n_seconds.",
+                waited, step, self.waits)
+        self._written(step, stats, stall, waited0, background=True)
+        return waited
+
+    def _written(self, step: int, stats: SnapshotStats, stall: float, waited: float, *,
+                 background: bool) -> None:
+        """Rank 0: the checkpoint of ``step`` is durable (``stall``: seconds the loop was
+        blocked by it, ``waited`` of them for the previous write)."""
+        self._status = "durable"
+        self.summary.last_checkpoint = stats.path
+        self.cb.latest_ckpt_file = stats.path
         self.cb.last_save_ckpt_step = step
-        log.debug("online_train: checkpoint %s", path)
+        figures = {"step": step, "stall_s": stall, "waited_s": waited, "background": background,
+                   **dataclasses.asdict(stats)}
+        log.debug("online_train: checkpoint %s (%.1f MB; the loop was blocked %.1f ms, the "
+                  "write took %.2f s)", stats.path, stats.bytes / 2**20, 1e3 * stall,
+                  stats.write_s, extra={"lit_amp_checkpoint": figures})
+
+    def raise_failure(self) -> None:
+        """Raise the failure of rank 0's last background write (its own error on rank 0)."""
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        raise RuntimeError("online_train: rank 0 failed to write a checkpoint (its log says "
+                           "why); every rank stops.")
 
     def finish(self, lit: Any, step: int, cursor: Any, force: bool = False) -> None:
         """The final checkpoint (if a step is not covered yet, or ``force``: the weights
-        changed after the step's checkpoint); release its cursor."""
-        if force or step != self.last_step:
-            self.save(lit, step, cursor)
-        self.ranks.barrier()  # rank 0 has written the final checkpoint
-        self.release(self.saved_cursor)
+        changed after the step's checkpoint), written in the loop; release its cursor."""
+        try:
+            self._wait()
+            mine = self.ranks.rank == 0
+            failed, redo = self.ranks.reduce_max(
+                [int(mine and self._status == "failed"),
+                 int(mine and self._status == "abandoned")])
+            if failed:
+                self.raise_failure()
+            if force or redo or step != self.last_step:
+                self.save(lit, step, cursor, background=False)
+            self.ranks.barrier()  # rank 0 has written the final checkpoint
+            self.release(self.saved_cursor)
+        finally:
+            self.close(quiet=True)
+
+    def close(self, *, quiet: bool = False) -> None:
+        """Wait for the write in flight (an error is logged when ``quiet``, else raised) and
+        unhook the optimizers (the end of the run, or an exception)."""
+        try:
+            self._wait()
+            if self._error is not None and not quiet:
+                self.raise_failure()
+            if self._error is not None:
+                log.error("online_train: writing a checkpoint failed: %s", self._error)
+                self._error = None
+        finally:
+            if self._snapshots is not None:
+                self._snapshots.remove()
+                self._snapshots = None
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
     def release(self, cursor: Any) -> None:
         """Tell the source that a durable checkpoint holds ``cursor`` (it may clean up)."""

@@ -158,8 +158,11 @@ class OnlineLoop(MindSporeCallbackBridge):
             pub.publish(step, self.cursor)
         ck = self.checkpoints
         # under DDP a checkpoint gathers cursors: only at step ends
-        if self.ranks.world == 1 and ck is not None and step != ck.last_step and ck.time_due(now):
-            ck.save(self._lit, step, self.cursor)
+        if self.ranks.world == 1 and ck is not None:
+            if ck.poll():
+                ck.raise_failure()
+            if step != ck.last_step and ck.time_due(now):
+                ck.save(self._lit, step, self.cursor)
         return False
 
     # ---------------------------------------------------------------- Lightning hooks
@@ -188,8 +191,8 @@ class OnlineLoop(MindSporeCallbackBridge):
         self._bind_stream()
         self._t0 = time.monotonic()
         self.stop.start(self._t0)
-        if self.checkpoints is not None:
-            self.checkpoints.start(self._start_step, self._t0)  # nothing new to save yet
+        if self.checkpoints is not None:  # nothing new to save yet
+            self.checkpoints.start(self._start_step, self._t0, trainer.optimizers, pl_module)
         if self.publisher is not None:
             self.publisher.start(self._start_step, self._t0, trainer.optimizers)
         self.begin_train()
@@ -257,7 +260,11 @@ class OnlineLoop(MindSporeCallbackBridge):
         now = time.monotonic()
         ck, pub = self.checkpoints, self.publisher
         ckpt_time = ck is not None and ck.time_due(now)
-        stop_flag, ckpt_flag = self.ranks.reduce_max([reason is not None, ckpt_time])
+        ckpt_failed = ck is not None and ck.poll()  # a background write failed (rank 0)
+        stop_flag, ckpt_flag, failed = self.ranks.reduce_max(
+            [reason is not None, ckpt_time, ckpt_failed])
+        if failed:
+            ck.raise_failure()  # type: ignore[union-attr]
         if ck is not None and (ckpt_flag or ck.step_due(step)):
             ck.save(pl_module, step, self.cursor)
         if pub is not None and (pub.step_due(step) or pub.time_due(now)):
@@ -409,4 +416,6 @@ class OnlineLoop(MindSporeCallbackBridge):
         try:
             self.leave_on_exception()
         finally:
+            if self.checkpoints is not None:
+                self.checkpoints.close(quiet=True)  # the write in flight completes
             self._finish()

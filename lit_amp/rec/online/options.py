@@ -137,7 +137,8 @@ class CheckpointOptions:
     loss-scale state, the stream cursor of the last *trained* batch and the counters, written
     atomically. Delivery is at-least-once: after a crash (even ``kill -9``) and a restart,
     every record is trained at least once; those trained twice are the ones after the last
-    checkpoint (at most one interval).
+    durable checkpoint (at most one interval, plus the steps trained while the newest
+    checkpoint was being written in the background).
 
     Args:
         ckpt_dir: the folder (kept as an absolute path; created when needed).
@@ -145,6 +146,11 @@ class CheckpointOptions:
         ckpt_every_n_seconds: the time cadence (seconds or a ``timedelta``), or None.
         keep_checkpoint_max: how many of the newest checkpoints are kept.
         resume: restore the newest checkpoint of ``ckpt_dir`` first.
+        background: write each checkpoint in a background thread from a snapshot taken at
+            its step, while training goes on (big embedding tables are copied on write, not
+            whole); a checkpoint due while the previous one is still being written waits for
+            it. False: the training loop writes the file itself. The final checkpoint is
+            always written by the loop.
 
     Raises:
         TypeError: a field of the wrong type.
@@ -160,6 +166,7 @@ class CheckpointOptions:
     ckpt_every_n_seconds: float | datetime.timedelta | None = None
     keep_checkpoint_max: int = 5
     resume: bool = True
+    background: bool = True
 
     def __post_init__(self) -> None:
         owner = "CheckpointOptions"
@@ -169,6 +176,7 @@ class CheckpointOptions:
              _seconds(owner, "ckpt_every_n_seconds", self.ckpt_every_n_seconds))
         check_positive_int(owner, "keep_checkpoint_max", self.keep_checkpoint_max)
         check_bool(owner, "resume", self.resume)
+        check_bool(owner, "background", self.background)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,572 @@
+"""Consistent snapshots of a training state, written to disk while training goes on.
+
+A checkpoint of a model with big embedding tables cannot be copied whole at every checkpoint
+(that doubles the memory) nor written by the training loop (that stalls it for seconds).
+:meth:`Snapshots.take` freezes a checkpoint dict at one moment instead:
+
+- every container is copied and every tensor that is small, or that could change in ways
+  the snapshot cannot follow, is cloned;
+- a big row-structured parameter that only a *row-sparse* optimizer step changes (a sparse
+  gradient under :class:`~lit_amp.rec.wide_deep.LazyAdam`, ``SparseAdam``, ``Adagrad`` or
+  plain ``SGD``), together with its optimizer state of the same shape, is not copied: it is
+  protected by copy-on-write. Before each optimizer step, the rows its gradient is about to
+  change are copied aside, if the writer has not written them yet.
+
+:meth:`Snapshot.write` streams the frozen dict into a file ``torch.load`` reads (the
+``torch.save`` format, written by ``torch.save`` itself under ``skip_data``, with the bytes of
+each storage filled in chunk by chunk: live rows merged with the rows copied aside), through
+:func:`lit_amp._io.atomic_write` (temp file, fsync, rename, folder fsync). Floating-point
+weights (the ``state_dict`` entries) are checked for NaN / inf as they are written; a
+non-finite value aborts the file with a ``RuntimeError``.
+
+Protected tensors are watched through their version counters: one written in place outside
+an optimizer step (a write through ``.data`` is invisible) breaks the snapshot: its file is
+abandoned (:class:`SnapshotBroken`) and that parameter is cloned in later snapshots.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import pickle
+import threading
+import time
+from collections.abc import Iterable
+from typing import IO, Any
+
+import torch
+
+from lit_amp._io import atomic_write
+from lit_amp.rec.touched import _row_local
+
+__all__ = ["Snapshot", "SnapshotBroken", "SnapshotStats", "Snapshots"]
+
+#: bytes copied per chunk by the writer (the lock is held for one chunk's copy)
+CHUNK_BYTES = 4 << 20
+#: a parameter smaller than this is cloned (copy-on-write is not worth its bookkeeping)
+MIN_PROTECTED_BYTES = 1 << 20
+#: rows per block of the store of rows copied aside
+_BLOCK_ROWS = 1 << 16
+
+_PLAIN = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device,
+          torch.Size, torch.layout, torch.memory_format)
+
+
+class SnapshotBroken(RuntimeError):
+    """A protected tensor was written outside an optimizer step: the snapshot is not consistent."""
+
+
+@dataclasses.dataclass
+class SnapshotStats:
+    """What writing one snapshot took.
+
+    Attributes:
+        path: the file written.
+        bytes: its size.
+        write_s: seconds from the start of the write to the rename (fsync included).
+        cow_rows: rows copied aside because a step changed them during the write.
+        cow_bytes: the bytes of those rows (over the parameter and its optimizer state).
+        protected: the parameters written without a copy (copy-on-write).
+    """
+
+    path: str = ""
+    bytes: int = 0
+    write_s: float = 0.0
+    cow_rows: int = 0
+    cow_bytes: int = 0
+    protected: int = 0
+
+
+def _whole(t: torch.Tensor) -> bool:
+    """A dense CPU tensor of rows that is its whole storage (row ``r`` = bytes of row ``r``)."""
+    return (
+        type(t) in (torch.Tensor, torch.nn.Parameter)
+        and t.layout == torch.strided
+        and t.device.type == "cpu"
+        and t.dim() == 2
+        and t.is_contiguous()
+        and t.storage_offset() == 0
+        and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    )
+
+
+class _RowStore:
+    """Rows copied aside, in fixed-size blocks (appending never copies what is stored)."""
+
+    def __init__(self, like: torch.Tensor) -> None:
+        self.width, self.dtype = like.shape[1], like.dtype
+        self.blocks: list[torch.Tensor] = []
+        self.n = 0
+
+    def append(self, rows: torch.Tensor) -> None:
+        done = 0
+        while done < len(rows):
+            at = self.n % _BLOCK_ROWS
+            if at == 0:
+                self.blocks.append(torch.empty(_BLOCK_ROWS, self.width, dtype=self.dtype))
+            k = min(_BLOCK_ROWS - at, len(rows) - done)
+            self.blocks[-1][at:at + k] = rows[done:done + k]
+            done += k
+            self.n += k
+
+    def gather(self, slots: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(len(slots), self.width, dtype=self.dtype)
+        block = torch.div(slots, _BLOCK_ROWS, rounding_mode="floor")
+        for b in torch.unique(block).tolist():
+            sel = (block == b).nonzero().squeeze(1)
+            out[sel] = self.blocks[b][slots[sel] - b * _BLOCK_ROWS]
+        return out
+
+
+class _Protected:
+    """A row-structured parameter and its same-shaped optimizer state, copied on write."""
+
+    def __init__(self, tensors: list[torch.Tensor], slot: torch.Tensor) -> None:
+        self.tensors = tensors  # detached live tensors (they share the version counters)
+        self.rows = tensors[0].shape[0]
+        self.row_bytes = sum(t.shape[1] * t.element_size() for t in tensors)
+        self.slot = slot  # row -> index into the stores, -1: not copied (reused, reset after)
+        self.stores = [_RowStore(t) for t in tensors]
+        self.saved: list[torch.Tensor] = []  # the rows copied, to reset ``slot`` after
+        self.done = [0] * len(tensors)  # rows [0, done[i]) of tensors[i] are written
+
+    def keep(self, which: list[bool]) -> None:
+        """Follow only the tensors marked in ``which`` (those a snapshot writes)."""
+        self.tensors = [t for t, k in zip(self.tensors, which) if k]
+        self.row_bytes = sum(t.shape[1] * t.element_size() for t in self.tensors)
+        self.stores = [_RowStore(t) for t in self.tensors]
+        self.done = [0] * len(self.tensors)
+
+    def copy_aside(self, rows: torch.Tensor) -> int:
+        """Copy the ``rows`` not written yet (and not copied before); returns how many."""
+        rows = rows[rows >= min(self.done)]
+        rows = rows[self.slot[rows] < 0]
+        k = len(rows)
+        if k:
+            n = self.stores[0].n
+            self.slot[rows] = torch.arange(n, n + k, dtype=self.slot.dtype)
+            for t, store in zip(self.tensors, self.stores):
+                store.append(t.index_select(0, rows))
+            self.saved.append(rows)
+        return k
+
+    def chunk(self, i: int, r0: int, r1: int, out: torch.Tensor) -> torch.Tensor:
+        """Rows ``[r0, r1)`` of tensor ``i`` as they were at the snapshot, into ``out``."""
+        buf = out[: r1 - r0]
+        buf.copy_(self.tensors[i][r0:r1])
+        slots = self.slot[r0:r1]
+        hit = (slots >= 0).nonzero().squeeze(1)
+        if len(hit):
+            buf[hit] = self.stores[i].gather(slots[hit].long())
+        self.done[i] = r1
+        return buf
+
+    def release(self) -> None:
+        """Free the rows copied aside and reset the slot map for the next snapshot."""
+        for rows in self.saved:
+            self.slot[rows] = -1
+        self.saved = []
+        self.stores = [_RowStore(t) for t in self.tensors]
+        self.done = [self.rows] * len(self.tensors)
+
+
+class _Null:
+    def write(self, b: Any) -> int:
+        return len(b)
+
+
+def _storage_order(payload: Any) -> list[torch.UntypedStorage]:
+    """The storages of ``payload`` in the order ``torch.save`` writes them.
+
+    ``torch.save`` numbers storages as its pickler first meets them; pickling the same object
+    graph with the same protocol meets them in the same order.
+    """
+    order: list[torch.UntypedStorage] = []
+    seen: dict[int, int] = {}
+
+    class _Order(pickle.Pickler):
+        def persistent_id(self, obj: Any) -> Any:
+            if isinstance(obj, torch.storage.TypedStorage) or torch.is_storage(obj):
+                s = obj._untyped_storage if isinstance(obj, torch.storage.TypedStorage) else obj
+                if s._cdata not in seen:
+                    seen[s._cdata] = len(order)
+                    order.append(s)
+                return ("storage", seen[s._cdata])
+            return None
+
+    with torch.serialization.skip_data():
+        _Order(_Null(), protocol=torch.serialization.DEFAULT_PROTOCOL).dump(payload)
+    return order
+
+
+class _StorageStream:
+    """The file ``torch.save`` writes into under ``skip_data``: where it would skip a storage's
+    bytes (``seek(n, SEEK_CUR)``), the snapshot's bytes of that storage are written instead."""
+
+    def __init__(self, f: IO[bytes], writers: list[tuple[int, Any]]) -> None:
+        self.f = f
+        self._writers = iter(writers)
+        self.error: BaseException | None = None  # torch.save reports it as "write failed"
+
+    def write(self, b: Any) -> int:
+        return self.f.write(b)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence != os.SEEK_CUR:
+            return self.f.seek(offset, whence)
+        try:
+            nbytes, write = next(self._writers, (None, None))
+            if nbytes != offset:
+                raise RuntimeError(
+                    f"online_train: a checkpoint storage of {offset} bytes was expected to hold "
+                    f"{nbytes}; the snapshot does not match torch.save's layout (nothing "
+                    "written)."
+                )
+            write(self.f)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        return self.f.tell()
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def finish(self) -> None:
+        if next(self._writers, None) is not None:
+            raise RuntimeError("online_train: torch.save wrote fewer storages than the snapshot "
+                               "holds (nothing written).")
+
+
+def _as_bytes(t: torch.Tensor) -> memoryview:
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+class Snapshot:
+    """One checkpoint dict frozen at :meth:`Snapshots.take` (see the module docstring).
+
+    Attributes:
+        payload: the frozen dict (its protected tensors still share the live storages).
+        stats: what :meth:`write` took (set by it).
+    """
+
+    def __init__(self, lock: threading.Lock | None = None) -> None:
+        self.payload: Any = None
+        self.stats = SnapshotStats()
+        self._lock = lock or threading.Lock()
+        self._protected: dict[int, tuple[_Protected, int]] = {}  # storage -> (group, tensor)
+        self._groups: dict[int, _Protected] = {}  # id(param) -> group
+        self._clones: dict[int, torch.UntypedStorage] = {}  # live storage -> its clone
+        # storage -> the state_dict entries on it (checked for NaN / inf as they are written)
+        self._weights: dict[int, list[tuple[str, torch.Tensor]]] = {}
+        self._versions: dict[int, tuple[torch.Tensor, int]] = {}
+        self._met: set[int] = set()  # protected storages the payload holds
+        self._stepping = False
+        self._done = False
+        self.broken: str | None = None
+
+    # ------------------------------------------------------------------ freezing
+    def _freeze(self, obj: Any, path: str) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return self._freeze_tensor(obj, path)
+        if isinstance(obj, _PLAIN):
+            return obj
+        if isinstance(obj, dict):
+            new = copy.copy(obj)
+            for k, v in obj.items():
+                new[k] = self._freeze(v, f"{path}/{k}")
+            return new
+        if isinstance(obj, (list, tuple)):
+            items = [self._freeze(v, f"{path}/{i}") for i, v in enumerate(obj)]
+            if type(obj) is list:
+                return items
+            if type(obj) is tuple:
+                return tuple(items)
+            if isinstance(obj, tuple):  # a namedtuple
+                return type(obj)(*items)
+            new = copy.copy(obj)
+            new[:] = items
+            return new
+        return copy.deepcopy(obj)
+
+    def _freeze_tensor(self, t: torch.Tensor, path: str) -> torch.Tensor:
+        t = t.detach()
+        if t.layout != torch.strided or t.device.type != "cpu" or type(t) is not torch.Tensor:
+            return t.to("cpu", copy=True)
+        key = t.untyped_storage()._cdata
+        if key in self._protected:
+            frozen = t  # shares the live storage; written through copy-on-write
+            self._met.add(key)
+        else:
+            clone = self._clones.get(key)
+            if clone is None:
+                clone = self._clones[key] = t.untyped_storage().clone()
+            frozen = torch.empty(0, dtype=t.dtype).set_(clone, t.storage_offset(), t.size(),
+                                                        t.stride())
+        if path.startswith("/state_dict/") and t.is_floating_point():
+            written = frozen.untyped_storage()._cdata  # what the writer will meet
+            self._weights.setdefault(written, []).append((path[len("/state_dict/"):], frozen))
+        return frozen
+
+    # ------------------------------------------------------------------ copy-on-write
+    def _protect(self, group: _Protected, key: int) -> None:
+        self._groups[key] = group
+        for i, t in enumerate(group.tensors):
+            self._protected[t.untyped_storage()._cdata] = (group, i)
+            self._versions[id(t)] = (t, t._version)
+
+    def _settle(self) -> None:
+        """After freezing: follow only the protected tensors the payload holds."""
+        for key, group in list(self._groups.items()):
+            keep = [t.untyped_storage()._cdata in self._met for t in group.tensors]
+            for t, kept in zip(group.tensors, keep):
+                if not kept:
+                    del self._protected[t.untyped_storage()._cdata]
+                    del self._versions[id(t)]
+            if not any(keep):
+                del self._groups[key]
+                continue
+            group.keep(keep)
+            self._protected.update({t.untyped_storage()._cdata: (group, i)
+                                    for i, t in enumerate(group.tensors)})
+
+    def _changed(self) -> bool:
+        return any(t._version != v for t, v in self._versions.values())
+
+    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Copy aside the rows this step of ``optimizer`` will change (under the lock)."""
+        with self._lock:
+            if self._done or self.broken:
+                return
+            self._stepping = True
+            if self._changed():
+                self.broken = "a protected tensor was written outside an optimizer step"
+                return
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    prot = self._groups.get(id(p))
+                    if prot is None or p.grad is None:
+                        continue
+                    g = p.grad
+                    if g.is_sparse and g.sparse_dim() == 1:
+                        if not g.is_coalesced():
+                            g = p.grad = g.coalesce()  # the optimizer would coalesce it too
+                        rows = g.indices()[0]
+                    else:  # a dense gradient changes every row
+                        rows = torch.arange(prot.rows)
+                    k = prot.copy_aside(rows)
+                    self.stats.cow_rows += k
+                    self.stats.cow_bytes += k * prot.row_bytes
+
+    def after_step(self) -> None:
+        """The step is done: its changes are the expected ones."""
+        with self._lock:
+            self._stepping = False
+            if not self._done:
+                self._versions = {k: (t, t._version) for k, (t, _) in self._versions.items()}
+
+    # ------------------------------------------------------------------ writing
+    def write(self, path: str | os.PathLike) -> SnapshotStats:
+        """Write the snapshot to ``path`` atomically (a temp file renamed into place).
+
+        Returns:
+            :attr:`stats`.
+
+        Raises:
+            SnapshotBroken: a protected tensor was written outside an optimizer step (nothing
+                is written).
+            RuntimeError: a weight holds NaN / inf (nothing is written).
+            OSError: the disk is full or failed (the message names the file).
+        """
+        t0 = time.monotonic()
+        try:
+            writers = [(s.nbytes(), self._writer(s)) for s in _storage_order(self.payload)
+                       if s.nbytes()]
+
+            def fill(f: IO[bytes]) -> None:
+                stream = _StorageStream(f, writers)
+                try:
+                    with torch.serialization.skip_data():
+                        torch.save(self.payload, stream)
+                except Exception:
+                    if stream.error is not None:
+                        raise stream.error from None
+                    raise
+                stream.finish()
+                with self._lock:
+                    self._check_intact()  # nothing written outside a step since the last chunk
+
+            path = atomic_write(path, fill)
+        finally:
+            self.release()
+        self.stats.path = os.fspath(path)
+        self.stats.bytes = os.path.getsize(path)
+        self.stats.write_s = time.monotonic() - t0
+        return self.stats
+
+    def _writer(self, storage: torch.UntypedStorage) -> Any:
+        key = storage._cdata
+        weights = self._weights.get(key, [])
+        if key in self._protected:
+            group, i = self._protected[key]
+            name = weights[0][0] if weights else None
+            return lambda f: self._write_rows(f, group, i, name)
+        return lambda f: self._write_owned(f, storage, weights)
+
+    def _write_owned(self, f: IO[bytes], storage: torch.UntypedStorage,
+                     weights: list[tuple[str, torch.Tensor]]) -> None:
+        for name, t in weights:
+            self._check_finite(t, name)
+        data = torch.empty(0, dtype=torch.uint8).set_(storage)
+        for at in range(0, len(data), CHUNK_BYTES):
+            f.write(_as_bytes(data[at:at + CHUNK_BYTES]))
+
+    def _write_rows(self, f: IO[bytes], group: _Protected, i: int, name: str | None) -> None:
+        live = group.tensors[i]
+        step = max(1, CHUNK_BYTES // max(1, live.shape[1] * live.element_size()))
+        out = torch.empty(min(step, group.rows), live.shape[1], dtype=live.dtype)
+        for r0 in range(0, group.rows, step):
+            r1 = min(group.rows, r0 + step)
+            with self._lock:
+                self._check_intact()
+                buf = group.chunk(i, r0, r1, out)
+            if name is not None:
+                self._check_finite(buf, name)
+            f.write(_as_bytes(buf))
+
+    def _check_intact(self) -> None:
+        """Raise :class:`SnapshotBroken` if a protected tensor was written outside a step
+        (call it under the lock; during a step, the step's pre-hook has checked)."""
+        if self.broken is None and not self._stepping and self._changed():
+            self.broken = "a protected tensor was written outside an optimizer step"
+        if self.broken is not None:
+            raise SnapshotBroken(f"online_train: the checkpoint is abandoned: {self.broken} "
+                                 "while it was being written.")
+
+    @staticmethod
+    def _check_finite(t: torch.Tensor, name: str) -> None:
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise RuntimeError(
+                f"online_train: the checkpoint holds a non-finite value in {name!r}, so it is "
+                "not written (resuming it would spread NaN); the previous checkpoint is kept. "
+                "Look for a non-finite input or a diverging learning rate; loss scaling or a "
+                "lower learning rate may help."
+            )
+
+    def release(self) -> None:
+        """Stop following the training (the write is over): free what was copied aside."""
+        with self._lock:
+            self._done = True
+            for group in self._groups.values():
+                group.release()
+            self._clones.clear()
+
+
+class Snapshots:
+    """Takes :class:`Snapshot` s of checkpoint dicts for a run's optimizers (hooked once).
+
+    Args:
+        optimizers: the run's torch optimizers; their steps copy rows aside while a snapshot
+            is being written (``register_step_pre_hook`` / ``register_step_post_hook``).
+        network: the trained module, or None; the parameters of its modules that change rows
+            themselves (``take_changed_rows``, see :mod:`lit_amp.rec.touched`) are cloned.
+        min_protected_bytes: parameters smaller than this are cloned (None:
+            :data:`MIN_PROTECTED_BYTES`).
+
+    Example:
+        >>> import os, tempfile
+        >>> emb = torch.nn.Embedding(1000, 300, sparse=True)  # 1.2 MB: copied on write
+        >>> opt = torch.optim.SGD(emb.parameters(), lr=1.0)
+        >>> snaps = Snapshots([opt])
+        >>> snap = snaps.take({"state_dict": emb.state_dict()})
+        >>> before = emb.weight.detach().clone()
+        >>> emb(torch.tensor([3])).sum().backward(); opt.step()  # training goes on
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.ckpt")
+        >>> snap.write(path).cow_rows
+        1
+        >>> torch.equal(torch.load(path)["state_dict"]["weight"], before)
+        True
+        >>> snaps.remove()
+    """
+
+    def __init__(self, optimizers: Iterable[torch.optim.Optimizer], *,
+                 network: torch.nn.Module | None = None,
+                 min_protected_bytes: int | None = None) -> None:
+        self.optimizers = list(optimizers)
+        self.min_protected_bytes = min_protected_bytes
+        self.unprotected: set[int] = set()  # id(param) written outside a step: cloned
+        for m in network.modules() if network is not None else ():
+            if callable(getattr(m, "take_changed_rows", None)):
+                self.unprotected.update(id(p) for p in m.parameters())
+        self._lock = threading.Lock()
+        self._slots: dict[int, torch.Tensor] = {}
+        self._active: Snapshot | None = None
+        self._handles = []
+        for opt in self.optimizers:
+            self._handles.append(opt.register_step_pre_hook(self._pre_step))
+            self._handles.append(opt.register_step_post_hook(self._post_step))
+
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        snap = self._active
+        if snap is not None:
+            snap.before_step(optimizer)
+
+    def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        snap = self._active
+        if snap is not None:
+            snap.after_step()
+
+    def take(self, payload: Any) -> Snapshot:
+        """Freeze ``payload`` now; training may go on while the snapshot is written.
+
+        Call it between optimizer steps, in the training thread, once the previous snapshot's
+        :meth:`Snapshot.write` has returned.
+        """
+        prev = self._active
+        if prev is not None and not prev._done:
+            raise RuntimeError("Snapshots.take: the previous snapshot is still being written; "
+                               "wait for its write (or release it) first.")
+        snap = Snapshot(self._lock)
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                if not _row_local(opt, group):
+                    continue
+                for p in group["params"]:
+                    prot = self._protectable(opt, p)
+                    if prot is not None:
+                        snap._protect(prot, id(p))
+        snap.payload = snap._freeze(payload, "")
+        snap._settle()
+        snap.stats.protected = len(snap._groups)
+        self._active = snap
+        return snap
+
+    def _protectable(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> _Protected | None:
+        if id(p) in self.unprotected or not _whole(p):
+            return None
+        least = MIN_PROTECTED_BYTES if self.min_protected_bytes is None else \
+            self.min_protected_bytes
+        if p.numel() * p.element_size() < least:
+            return None
+        state = opt.state.get(p, {})
+        tensors = [p.detach()] + [t.detach() for t in state.values()
+                                  if isinstance(t, torch.Tensor) and t.shape == p.shape
+                                  and _whole(t)]
+        slot = self._slots.get(id(p))
+        if slot is None or len(slot) != p.shape[0]:
+            slot = self._slots[id(p)] = torch.full((p.shape[0],), -1, dtype=torch.int32)
+        return _Protected(tensors, slot)
+
+    def broken(self, snap: Snapshot) -> None:
+        """``snap`` was broken by a write outside a step: clone its parameters from now on."""
+        self.unprotected.update(snap._groups)
+
+    def remove(self) -> None:
+        """Unhook the optimizers (call it in the training thread)."""
+        self._active = None
+        for h in self._handles:
+            h.remove()
+        self._handles = []

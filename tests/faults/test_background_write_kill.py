@@ -1,0 +1,82 @@
+"""kill -9 while a checkpoint is being written in the background: nothing is lost, no torn
+checkpoint is ever read, and the source keeps every file the unfinished checkpoint covers."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lit_amp.rec.publish import latest_checkpoint, list_checkpoints
+from tests.rec._helpers import fill_dir
+
+pytestmark = pytest.mark.slow  # two trainer processes: ~10-20 s on a shared 2-core machine
+
+WORKER = str(Path(__file__).with_name("_slow_checkpoint_worker.py"))
+FILES, PER_FILE, BATCH, CKPT_EVERY = 14, 20, 20, 3
+
+
+def _trained(log: Path) -> list[tuple[int, list[int]]]:
+    if not log.exists():
+        return []
+    out = []
+    for x in log.read_text().splitlines(keepends=True):
+        if x.endswith("\n"):  # a line cut by the kill is not a trained batch
+            step, *ids = x.split()
+            out.append((int(step), [int(i) for i in ids]))
+    return out
+
+
+def test_kill_during_a_slow_background_write_loses_nothing(tmp_path):
+    data, ckpt, log, marker = (tmp_path / n for n in ("data", "ckpt", "trained.log", "writing"))
+    all_ids = fill_dir(data, FILES, PER_FILE, fmt="jsonl")
+    files = sorted(p.name for p in data.iterdir())
+    cmd = [sys.executable, WORKER, "--data", str(data), "--ckpt", str(ckpt), "--log", str(log),
+           "--batch", str(BATCH), "--ckpt-every", str(CKPT_EVERY)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # 1) the second checkpoint (step 6) is written slowly; training goes on meanwhile, and the
+    # trainer is killed once two more steps are trained, in the middle of that write
+    proc = subprocess.Popen([*cmd, "--sleep", "0.05", "--slow", "0.2", "--marker", str(marker)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while not (marker.exists() and len(_trained(log)) >= 2 * CKPT_EVERY + 2):
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the slow write did not start in time"
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run1 = _trained(log)
+    assert marker.read_text().endswith("online-000000000006.ckpt")
+    assert [s for s, _ in run1] == list(range(1, len(run1) + 1)) and len(run1) > 6
+    # the write in flight left only a temp file: the newest checkpoint is the durable one
+    assert [os.path.basename(p) for p in list_checkpoints(ckpt)] == ["online-000000000003.ckpt"]
+    assert any(n.startswith(".tmp-lit_amp-online-000000000006") for n in os.listdir(ckpt))
+    assert latest_checkpoint(ckpt)[1]["online"]["step"] == 3
+    # only the files the checkpoint of step 3 covers are deleted: step 6's were not released
+    assert sorted(p.name for p in data.iterdir() if p.name.startswith("part-")) == files[3:]
+
+    # 2) the restart resumes from step 3, removes the temp file and trains everything
+    final = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+    assert final.returncode == 0, (final.stdout + final.stderr).decode()[-3000:]
+    summary = json.loads(final.stdout.decode().split("SUMMARY ", 1)[1].splitlines()[0])
+    assert summary["resumed_from"].endswith("online-000000000003.ckpt")
+    assert summary["stop_reason"] == "idle_timeout"
+    assert not [n for n in os.listdir(ckpt) if n.startswith(".tmp-")]
+    run2 = _trained(log)[len(run1):]
+    assert run2[0][0] == 4
+    trained = [i for _, ids in run1 + run2 for i in ids]
+    counts = collections.Counter(trained)
+    assert set(counts) == set(all_ids)  # nothing lost
+    redone = sorted(i for _, ids in run1[3:] for i in ids)  # trained after the durable one
+    assert sorted(i for i, c in counts.items() for _ in range(c - 1)) == redone

@@ -1,0 +1,167 @@
+"""online_train's background checkpoints: training goes on while a checkpoint is written, and
+each file still holds exactly the state of its step."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from lit_amp.callbacks import Callback
+from lit_amp.rec import CheckpointOptions, LazyAdam, RecModel, StopOptions, WideDeep
+from lit_amp.rec.online import snapshot as snapshot_mod
+from lit_amp.rec.publish import list_checkpoints
+from lit_amp.rec.sources import SyntheticClickSource
+from lit_amp.serialization import load_checkpoint
+
+LOGGER = "lit_amp.rec.online.checkpoints"
+
+
+def _model() -> RecModel:
+    torch.manual_seed(0)
+    net = WideDeep(vocab_size=400, embed_dim=4, hidden=(8,), sparse=True)
+    return RecModel(net, nn.BCEWithLogitsLoss(), LazyAdam(net.parameters(), lr=0.05))
+
+
+@pytest.fixture
+def slow_writes(monkeypatch):
+    """Every table is copied on write, in small chunks, each written slowly: a checkpoint's
+    write spans several training steps."""
+    monkeypatch.setattr(snapshot_mod, "MIN_PROTECTED_BYTES", 0)
+    monkeypatch.setattr(snapshot_mod, "CHUNK_BYTES", 8192)
+    as_bytes = snapshot_mod._as_bytes
+
+    def slow(t):
+        time.sleep(0.001)
+        return as_bytes(t)
+
+    monkeypatch.setattr(snapshot_mod, "_as_bytes", slow)
+
+
+def _figures(caplog) -> list[dict]:
+    return [r.lit_amp_checkpoint for r in caplog.records if hasattr(r, "lit_amp_checkpoint")]
+
+
+class StateAt(Callback):
+    """The network's and the optimizer's state at the end of every ``every``-th step."""
+
+    def __init__(self, model: RecModel, every: int) -> None:
+        self.model, self.every, self.states, self.times = model, every, {}, []
+
+    def on_train_step_end(self, run_context):
+        step = int(run_context.original_args().cur_step_num)
+        self.times.append(time.monotonic())
+        if step % self.every == 0:
+            opt = self.model.lit_model.optimizer.state_dict()["state"]
+            self.states[step] = (
+                {k: v.clone() for k, v in self.model._network.state_dict().items()},
+                {i: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
+                 for i, s in opt.items()},
+            )
+
+
+def test_each_background_checkpoint_holds_the_state_of_its_step(tmp_path, slow_writes, caplog):
+    model = _model()
+    seen = StateAt(model, every=4)
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        s = model.online_train(
+            SyntheticClickSource(batch_size=32, vocab_size=2000), callbacks=[seen],
+            checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=4, keep_checkpoint_max=50),
+            stop=StopOptions(max_steps=24),
+        )
+    assert s.steps == 24
+    files = list_checkpoints(tmp_path)
+    assert [int(os.path.basename(p)[7:19]) for p in files] == [4, 8, 12, 16, 20, 24]
+    for path in files:
+        state = load_checkpoint(path)
+        weights, opt = seen.states[state["online"]["step"]]
+        assert all(torch.equal(state["network"][k], v) for k, v in weights.items()), path
+        for i, st in opt.items():
+            for k, v in st.items():
+                got = state["optimizer"]["state"][i][k]
+                assert torch.equal(got, v) if torch.is_tensor(v) else got == v, (path, k)
+    figures = _figures(caplog)
+    assert [f["step"] for f in figures] == [4, 8, 12, 16, 20, 24]
+    assert all(f["background"] and f["protected"] >= 1 for f in figures)
+    assert sum(f["cow_rows"] for f in figures) > 0  # steps changed rows during the writes
+    # taking a snapshot blocked the loop for a fraction of what writing it took (a wait for
+    # the previous write, when the machine is slow, is counted apart)
+    taking = sum(f["stall_s"] - f["waited_s"] for f in figures)
+    assert taking < 0.5 * sum(f["write_s"] for f in figures)
+
+
+def test_a_checkpoint_due_during_a_write_waits_for_it_and_none_is_lost(tmp_path, slow_writes,
+                                                                       caplog):
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        _model().online_train(
+            SyntheticClickSource(batch_size=16, vocab_size=2000),
+            checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=1, keep_checkpoint_max=50),
+            stop=StopOptions(max_steps=6),
+        )
+    assert len(list_checkpoints(tmp_path)) == 6  # one per step: none skipped
+    assert "waited" in caplog.text and "raise ckpt_every_n_steps" in caplog.text
+    assert sum(f["waited_s"] > 0 for f in _figures(caplog)) >= 1
+
+
+def test_a_failed_background_write_stops_training_and_keeps_the_previous(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshot_mod, "MIN_PROTECTED_BYTES", 0)
+    calls = []
+    real = snapshot_mod.atomic_write
+
+    def full_disk(path, write, **kw):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, f"writing {path!r} failed: No space left on device")
+        return real(path, write, **kw)
+
+    monkeypatch.setattr(snapshot_mod, "atomic_write", full_disk)
+    model = _model()
+    seen = StateAt(model, every=1)
+    with pytest.raises(OSError, match="No space left"):
+        model.online_train(
+            SyntheticClickSource(batch_size=16, vocab_size=2000), callbacks=[seen],
+            checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=3),
+            stop=StopOptions(max_steps=30),
+        )
+    assert [os.path.basename(p) for p in list_checkpoints(tmp_path)] == [
+        "online-000000000003.ckpt"]
+    assert os.listdir(tmp_path) == ["online-000000000003.ckpt"]  # no temp file left
+    # raised at a step end after the write failed, at the latest when the next one is due
+    assert 6 <= max(seen.states) <= 9
+
+
+def test_an_exception_waits_for_the_write_in_flight(tmp_path, slow_writes):
+    class Boom(Callback):
+        def on_train_step_end(self, run_context):
+            if run_context.original_args().cur_step_num == 5:
+                raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        _model().online_train(
+            SyntheticClickSource(batch_size=16, vocab_size=2000), callbacks=[Boom()],
+            checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=4),
+        )
+    assert os.listdir(tmp_path) == ["online-000000000004.ckpt"]  # complete, no temp file
+    assert load_checkpoint(tmp_path / "online-000000000004.ckpt")["online"]["step"] == 4
+
+
+def test_background_false_writes_in_the_loop(tmp_path, caplog):
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        _model().online_train(
+            SyntheticClickSource(batch_size=16),
+            checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=2, background=False),
+            stop=StopOptions(max_steps=4),
+        )
+    figures = _figures(caplog)
+    assert [f["step"] for f in figures] == [2, 4]
+    assert not any(f["background"] for f in figures)
+
+
+def test_background_must_be_a_bool(tmp_path):
+    with pytest.raises(TypeError, match="'background' must be"):
+        CheckpointOptions(tmp_path, background=1)

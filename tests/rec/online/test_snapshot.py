@@ -1,0 +1,223 @@
+"""Snapshots written while training goes on hold the state of the moment they were taken."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+from lit_amp.rec import LazyAdam
+from lit_amp.rec.online import snapshot as snapshot_mod
+from lit_amp.rec.online.snapshot import SnapshotBroken, Snapshots
+
+ROWS, DIM = 3000, 8
+
+
+class Net(nn.Module):
+    def __init__(self, sparse: bool = True) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(ROWS, DIM, sparse=sparse)
+        self.head = nn.Linear(DIM, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(ids)).sum()
+
+
+def _step(net: Net, opt: torch.optim.Optimizer, ids: list[int]) -> None:
+    opt.zero_grad(set_to_none=True)
+    net(torch.tensor(ids)).backward()
+    opt.step()
+
+
+def _state(net: Net, opt: torch.optim.Optimizer) -> dict:
+    return {"state_dict": net.state_dict(), "optimizer": opt.state_dict(), "meta": {"step": 1}}
+
+
+def _clone(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clone(v) for v in obj]
+    return obj
+
+
+def _assert_same(a, b, where="") -> None:
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{where}/{i}")
+    else:
+        assert a == b, where
+
+
+def _write_while_training(snap, path, during) -> dict:
+    """Write ``snap`` in a thread; once its first chunk of table rows is written, run
+    ``during()`` (training steps) before the writer goes on. Returns the file's content."""
+    started, go = threading.Event(), threading.Event()
+    chunk, as_bytes = snapshot_mod._Protected.chunk, snapshot_mod._as_bytes
+    chunks = []
+
+    def counted(self, *args):
+        chunks.append(args)
+        return chunk(self, *args)
+
+    def paused(t):  # called outside the snapshot's lock, as each piece is written
+        if chunks and not started.is_set():
+            started.set()
+            go.wait(30)
+        return as_bytes(t)
+
+    errors = []
+
+    def run():
+        try:
+            snap.write(path)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+            started.set()
+
+    snapshot_mod._Protected.chunk, snapshot_mod._as_bytes = counted, paused
+    try:
+        writer = threading.Thread(target=run)
+        writer.start()
+        assert started.wait(30)
+        during()
+        go.set()
+        writer.join(60)
+    finally:
+        snapshot_mod._Protected.chunk, snapshot_mod._as_bytes = chunk, as_bytes
+    if errors:
+        raise errors[0]
+    assert len(chunks) > 2  # the rows were written in several chunks, around the steps
+    return torch.load(path, weights_only=True)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(snapshot_mod, "CHUNK_BYTES", 16 * 1024)
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda p: LazyAdam(p, lr=0.1),
+    lambda p: torch.optim.Adagrad(p, lr=0.1),
+    lambda p: torch.optim.SparseAdam(list(p)[:1], lr=0.1),
+], ids=["LazyAdam", "Adagrad", "SparseAdam"])
+def test_the_file_holds_the_state_at_take_while_steps_change_rows(tmp_path, small_chunks,
+                                                                 make_opt):
+    net = Net()
+    opt = make_opt(net.parameters())
+    _step(net, opt, [1, 5, 2900])  # the optimizer state exists
+    snaps = Snapshots([opt], min_protected_bytes=10_000)
+    expected = _clone(_state(net, opt))
+    snap = snaps.take(_state(net, opt))
+    assert snap.stats.protected == 1  # the table is not copied whole
+
+    def train():  # rows in the part already written and in the part still to write
+        for ids in ([1, 2, 3], [2999, 1500, 7], [1, 2998]):
+            _step(net, opt, ids)
+
+    got = _write_while_training(snap, tmp_path / "a.ckpt", train)
+    _assert_same(expected, got)
+    assert snap.stats.cow_rows >= 4  # rows 1500, 2998, 2999 (+ 7 maybe): copied aside
+    assert not torch.equal(net.emb.weight.detach(), expected["state_dict"]["emb.weight"])
+    snaps.remove()
+
+
+def test_a_dense_gradient_copies_the_rows_not_yet_written(tmp_path, small_chunks):
+    net = Net(sparse=False)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    snaps = Snapshots([opt], min_protected_bytes=10_000)
+    expected = _clone(_state(net, opt))
+    snap = snaps.take(_state(net, opt))
+    got = _write_while_training(snap, tmp_path / "a.ckpt", lambda: _step(net, opt, [1, 2]))
+    _assert_same(expected, got)
+    assert snap.stats.cow_rows > ROWS // 2  # a dense gradient: every pending row
+    snaps.remove()
+
+
+def test_a_write_outside_an_optimizer_step_abandons_the_file(tmp_path, small_chunks):
+    net = Net()
+    opt = LazyAdam(net.parameters(), lr=0.1)
+    snaps = Snapshots([opt], min_protected_bytes=10_000)
+    snap = snaps.take(_state(net, opt))
+
+    def outside():
+        with torch.no_grad():
+            net.emb.weight[2500].fill_(7.0)  # e.g. a module re-initialising a row itself
+
+    with pytest.raises(SnapshotBroken, match="outside an optimizer step"):
+        _write_while_training(snap, tmp_path / "a.ckpt", outside)
+    assert os.listdir(tmp_path) == []  # no file, no temp file
+    snaps.broken(snap)
+    assert snaps.take(_state(net, opt)).stats.protected == 0  # cloned from now on
+    snaps.remove()
+
+
+@pytest.mark.parametrize("table", [True, False], ids=["protected_table", "cloned_param"])
+def test_a_non_finite_weight_is_never_written(tmp_path, table):
+    net = Net()
+    opt = LazyAdam(net.parameters(), lr=0.1)
+    snaps = Snapshots([opt], min_protected_bytes=10_000)
+    with torch.no_grad():
+        (net.emb.weight[2000] if table else net.head.bias).fill_(float("nan"))
+    snap = snaps.take(_state(net, opt))
+    name = "emb.weight" if table else "head.bias"
+    with pytest.raises(RuntimeError, match=f"non-finite value in '{name}'"):
+        snap.write(tmp_path / "a.ckpt")
+    assert os.listdir(tmp_path) == []
+    snaps.remove()
+
+
+def test_containers_views_and_counters_are_frozen_at_take(tmp_path):
+    base = torch.arange(12.0)
+    inner = {"step": 3, "t": base}
+    payload = {"state_dict": {"w": base.view(3, 4)}, "views": (base[2:5], 4),
+               "nested": [inner, torch.ones(0)], "ints": torch.tensor([1, 2])}
+    snap = Snapshots([]).take(payload)
+    inner["step"] = 99  # an optimizer's counter moving on after the snapshot
+    base.add_(100.0)  # small tensors are cloned at take
+    snap.write(tmp_path / "a.ckpt")
+    got = torch.load(tmp_path / "a.ckpt", weights_only=True)
+    assert got["nested"][0]["step"] == 3 and torch.equal(got["nested"][0]["t"], torch.arange(12.0))
+    assert torch.equal(got["state_dict"]["w"], torch.arange(12.0).view(3, 4))
+    assert torch.equal(got["views"][0], torch.tensor([2.0, 3.0, 4.0])) and got["views"][1] == 4
+    got["state_dict"]["w"][0, 0] = -1.0  # one storage, as torch.save keeps views
+    assert got["nested"][0]["t"][0] == -1.0
+
+
+def test_take_refuses_while_the_previous_snapshot_is_not_written():
+    net = Net()
+    opt = LazyAdam(net.parameters())
+    snaps = Snapshots([opt], min_protected_bytes=10_000)
+    first = snaps.take(_state(net, opt))
+    with pytest.raises(RuntimeError, match="still being written"):
+        snaps.take(_state(net, opt))
+    first.release()
+    snaps.take(_state(net, opt)).release()
+    snaps.remove()
+
+
+def test_only_the_tables_the_file_holds_are_followed(tmp_path, small_chunks):
+    net = Net()
+    opt = LazyAdam(net.parameters(), lr=0.1)
+    _step(net, opt, [1, 2])
+    snaps = Snapshots([opt], min_protected_bytes=10_000)
+    expected = _clone({"state_dict": net.state_dict()})
+    snap = snaps.take({"state_dict": net.state_dict()})  # no optimizer state in this file
+    got = _write_while_training(snap, tmp_path / "a.ckpt",
+                                lambda: _step(net, opt, [2999, 2998]))
+    _assert_same(expected, got)
+    assert snap.stats.protected == 1 and snap.stats.cow_bytes == 2 * DIM * 4  # weight rows only
+    snaps.remove()
