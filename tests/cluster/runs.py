@@ -139,10 +139,11 @@ def _bad_inputs(c: Campaign) -> dict[str, Part]:
             for name, extra in BAD.items()}
 
 
+#: in the order they start: the longest first (the time limit alone takes over a minute)
 STARTERS: dict[str, Callable[[Campaign], object]] = {
-    "amp_sweep": _amp_sweep, "amp_local": _amp_local, "faults": _faults,
-    "time_limit": _time_limit, "optuna_slurm": _optuna_slurm,
-    "sbatch_example": _sbatch_example, "bad_inputs": _bad_inputs,
+    "time_limit": _time_limit, "faults": _faults, "amp_sweep": _amp_sweep,
+    "sbatch_example": _sbatch_example, "optuna_slurm": _optuna_slurm, "amp_local": _amp_local,
+    "bad_inputs": _bad_inputs,
 }
 
 

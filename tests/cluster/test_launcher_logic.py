@@ -1,12 +1,13 @@
 """The SLURM launcher's decisions without a cluster: SLURM's commands are stand-in scripts.
 
-They run everywhere (no ``slurm`` marker): what the checks before submission refuse, why a
-SIGTERM arrived, and that Lightning's auto-requeue is off under SLURM.
+They run everywhere (no ``slurm`` marker): what the checks before submission refuse, how the
+jobs are watched, why a SIGTERM arrived, and that Lightning's auto-requeue is off under SLURM.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnv
 
 from lit_amp.cli import preemption
 from lit_amp.cli.schema import ConfigError
-from lit_amp.cli.slurm import preflight
+from lit_amp.cli.slurm import SlurmJobError, preflight, watch
 
 
 def _fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, output: str) -> None:
@@ -101,3 +102,46 @@ def test_under_slurm_lightnings_auto_requeue_is_off(monkeypatch):
 def test_outside_a_launcher_job_nothing_is_added_or_raised():
     assert preemption.callbacks() == []
     preemption.check_stopped([])  # no SLURM signal handling active: a no-op
+
+
+class _Job:
+    """What :func:`lit_amp.cli.slurm.watch` reads of a submitit job."""
+
+    def __init__(self, tmp_path: Path, job_id: str) -> None:
+        self.job_id, self.num_tasks = job_id, 1
+        self.paths = type("Paths", (), {"result_pickle": tmp_path / f"{job_id}_result.pkl",
+                                        "stderr": tmp_path / f"{job_id}.err"})()
+
+
+def test_a_pending_job_is_named_then_cancelled_after_max_pending_min(tmp_path, monkeypatch,
+                                                                      capsys):
+    _fake(tmp_path, monkeypatch, "squeue", "12_0|PENDING|Resources\n12_1|RUNNING|None")
+    _fake(tmp_path, monkeypatch, "scancel", "")
+    jobs = [_Job(tmp_path, "12_0"), _Job(tmp_path, "12_1")]
+    with pytest.raises(SlurmJobError) as info:
+        watch(jobs, max_pending_min=0.001, poll_s=0.02, notice_s=0.0)
+    assert "SLURM job 12_0 stayed pending" in str(info.value)
+    assert "reason: Resources" in str(info.value) and "job(s) 12_1 go on" in str(info.value)
+    assert "SLURM job 12_0 pending for" in capsys.readouterr().err  # the notice came first
+
+
+def test_a_job_gone_without_a_result_is_reported_with_its_state_and_log(tmp_path, monkeypatch):
+    _fake(tmp_path, monkeypatch, "squeue", "")
+    _fake(tmp_path, monkeypatch, "scontrol", "JobId=13 JobState=FAILED Reason=NonZeroExitCode "
+          "ExitCode=1:0")
+    done, gone = _Job(tmp_path, "13_1"), _Job(tmp_path, "13_0")
+    done.paths.result_pickle.write_bytes(b"")
+    with pytest.raises(SlurmJobError) as info:
+        watch([done, gone], max_pending_min=None, poll_s=0.02, grace_s=0.1)
+    assert "SLURM job 13_0 ended without a result (FAILED, reason NonZeroExitCode" in str(
+        info.value) and str(gone.paths.stderr) in str(info.value)
+
+
+def test_a_stop_without_a_backup_says_the_job_trains_from_the_beginning(monkeypatch, capsys):
+    job = preemption._Job(signal.SIGUSR2)
+    job.stop = type("Stop", (), {"stopped_early": True, "received": signal.SIGTERM})()
+    monkeypatch.setattr(preemption, "_job", job)
+    with pytest.raises(preemption.Preempted) as info:
+        preemption.check_stopped([])
+    assert info.value.signum == signal.SIGTERM
+    assert "starts training from the beginning" in capsys.readouterr().err
