@@ -1,4 +1,4 @@
-"""Benchmark: RecModel.online_train of Wide&Deep from a DirectorySource on CPU (issue #7).
+"""Benchmark: RecModel.online_train of Wide&Deep from a DirectorySource on CPU.
 
 A producer process writes Criteo-like ``.npz`` files (``SyntheticClickSource`` records, one
 file = one batch of ``--batch`` records) into a folder with write-then-rename; the trainer
@@ -16,7 +16,7 @@ file = one batch of ``--batch`` records) into a folder with write-then-rename; t
    left at the end (a growing backlog means the trainer did not keep up and freshness grows
    with the run's length).
 
-Targets (issue #7): >= 20,000 records/s on 2 cores at batch 1,000; median freshness <= 5 s
+Targets: >= 20,000 records/s on 2 cores at batch 1,000; median freshness <= 5 s
 with a 2 s publish cadence.
 
     .venv/bin/python bench/online.py                 # 60 s per phase
@@ -24,6 +24,20 @@ with a 2 s publish cadence.
 
 The machine load (``os.getloadavg``) and the trainer's CPU share are recorded with the
 figures: on a shared machine they explain most of the variation.
+
+``--scale``: the same Wide&Deep with 26 x {10^4, 10^5, 10^6} hashed rows (``--sizes``), sparse
+gradients and a row-sparse optimizer (``--optimizer``: LazyAdam or Adagrad), on a Criteo-like
+stream (:class:`CriteoLike`: power-law id frequencies, new ids appearing over time), each
+size in its own process: the bare step, then a throughput phase and a freshness phase as
+above, with background checkpoints every ``--ckpt-every`` s and delta publishes every
+``--publish-every`` s. Per size: records/s and its ratio to the bare step, peak RSS over the
+parameter + optimizer bytes, checkpoint write time and training stall per checkpoint, publish
+time and bytes, freshness. ``--soak``: ``--soak-minutes`` at the largest size on a stream of
+ever new ids, RSS sampled every second.
+
+    .venv/bin/python bench/online.py --scale --seconds 90      # 3 sizes, 90 s per phase
+    .venv/bin/python bench/online.py --scale --sizes 10000 --seconds 10 --no-doc  # a smoke run
+    .venv/bin/python bench/online.py --soak                    # 10 minutes at 26 x 10^6 rows
 """
 
 from __future__ import annotations
@@ -37,10 +51,13 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -69,6 +86,57 @@ def make_model() -> tuple[RecModel, WideDeep]:
     return RecModel(net, nn.BCEWithLogitsLoss(), LazyAdam(net.parameters(), lr=1e-3)), net
 
 
+# ---------------------------------------------------------------------------- streams
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser (uint64 -> uint64): spreads ids over the whole id space."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+class CriteoLike:
+    """Criteo-like click records for the scale axis: power-law ids, new ids over time.
+
+    Per record: 13 log-normal dense counts and 26 categorical ids. An id is the ``r``-th most
+    popular of its feature with ``r`` drawn from Zipf(``alpha``), hashed over 62 bits (hot ids
+    land anywhere in a table, as real hashed ids do); a fraction ``new_frac`` of the ids are
+    brand new (never seen before, never seen again): an id stream that grows without bound.
+    The label follows a hidden logistic model of the ids and the counts. Batch ``b`` depends
+    only on ``(seed, b)``.
+    """
+
+    def __init__(self, batch: int, seed: int = 0, alpha: float = 1.2,
+                 new_frac: float = 0.02) -> None:
+        self.batch, self.seed, self.alpha, self.new_frac = batch, seed, alpha, new_frac
+        g = np.random.default_rng([seed, 0x5EED])
+        self.effect = g.normal(0.0, 1.0, 997).astype(np.float32)
+        self.dense_w = g.normal(0.0, 0.35, 13).astype(np.float32)
+
+    def columns(self, b: int) -> dict:
+        n = self.batch
+        g = np.random.default_rng([self.seed, b])
+        dense = np.floor(g.lognormal(1.0, 1.2, (n, 13))).astype(np.float32)
+        rank = np.minimum(g.zipf(self.alpha, (n, 26)), 2**40).astype(np.uint64)
+        fresh = g.random((n, 26)) < self.new_frac
+        serial = (np.uint64(b * n) + np.arange(n, dtype=np.uint64))[:, None] * np.uint64(26) \
+            + np.arange(26, dtype=np.uint64)
+        key = np.where(fresh, np.uint64(2**41) + serial, rank)
+        ids = (_mix(key * np.uint64(32) + np.arange(26, dtype=np.uint64))
+               >> np.uint64(2)).astype(np.int64)
+        logit = 0.45 * self.effect[ids % 997].sum(axis=1) / 5 + np.log1p(dense) @ self.dense_w
+        label = (g.random(n) < 1.0 / (1.0 + np.exp(1.3 - logit))).astype(np.float32)
+        return {"id": np.arange(b * n, (b + 1) * n, dtype=np.int64), "label": label,
+                "dense": dense, "cat": ids}
+
+
+def make_stream(spec: tuple, batch: int) -> SyntheticClickSource | CriteoLike:
+    """``("synthetic",)``: SyntheticClickSource's records; ``("criteo", new_frac)``."""
+    if spec[0] == "criteo":
+        return CriteoLike(batch, new_frac=spec[1])
+    return SyntheticClickSource(batch_size=batch, seed=0)
+
+
 # ---------------------------------------------------------------------------- producer
 def producer(
     data_dir: str,
@@ -79,10 +147,11 @@ def producer(
     stop: mp.Event,
     ready: mp.Event,
     land_log: str,
+    stream: tuple = ("synthetic",),
 ) -> None:
     """Write one-batch files; ``rate`` > 0: at that rate, else as fast as the backlog allows."""
     torch.set_num_threads(1)
-    gen = SyntheticClickSource(batch_size=batch, seed=0)
+    gen = make_stream(stream, batch)
     gen.columns(0)
     ready.set()
     t0 = time.monotonic()
@@ -128,52 +197,87 @@ def sustained_rate(samples: list[tuple[float, int]], warmup: float) -> float:
     return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
 
 
-def run_online(
-    workdir: Path, *, seconds: float, batch: int, rate: float, publish_every: float, warmup: float
-) -> dict:
-    """One online phase: producer process + online_train for ``seconds``."""
-    data = workdir / "data"
-    data.mkdir(parents=True)
-    ctx = mp.get_context("spawn")
-    trained = ctx.Value("q", 0, lock=False)
-    stop, ready = ctx.Event(), ctx.Event()
-    land_log = str(workdir / "lands.txt")
-    prod = ctx.Process(
-        target=producer,
-        args=(str(data), batch, rate, 20, trained, stop, ready, land_log),
-        daemon=True,
-    )
-    prod.start()
-    if not ready.wait(timeout=300):  # its imports take seconds on a loaded machine
-        stop.set()
-        raise RuntimeError("the producer process did not start within 300 s")
-    model, _ = make_model()
-    progress = Progress(trained)
-    publishes: list[tuple[float, frozenset]] = []  # (published_at, files covered)
-    source = DirectorySource(data, batch_size=batch, poll_interval=0.005)
-    load0 = os.getloadavg()
-    cpu0 = time.process_time()
-    try:
-        summary = model.online_train(
-            source,
-            callbacks=[progress],
-            stop=StopOptions(max_time=seconds),
-            checkpoint=CheckpointOptions(workdir / "ckpt", ckpt_every_n_seconds=30),
-            publish=PublishOptions(
-                workdir / "publish",
-                publish_every_n_seconds=publish_every,
-                publish_hook=lambda info: publishes.append(
-                    (info["published_at"], info["cursor"]["done"])
-                ),
-            ),
-        )
-    finally:
-        stop.set()
-        prod.join(timeout=30)
-    cpu = time.process_time() - cpu0
-    load1 = os.getloadavg()
+# ---------------------------------------------------------------------------- instruments
+def rss_bytes(field: str = "VmRSS") -> int:
+    """This process's resident set (``VmHWM``: its peak so far), from /proc."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
 
-    # freshness: per file (one batch of records), first publish that covers it
+
+class RssSampler:
+    """Samples this process's RSS every ``period`` seconds in a thread."""
+
+    def __init__(self, period: float) -> None:
+        self.period, self.samples = period, []
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.samples.append((time.monotonic() - self._t0, rss_bytes()))
+
+    def stop(self) -> list[tuple[float, int]]:
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+
+class CheckpointFigures(logging.Handler):
+    """Collects what each checkpoint took (the checkpoint logger's ``lit_amp_checkpoint``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.figures: list[dict] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if hasattr(record, "lit_amp_checkpoint"):
+            self.figures.append(dict(record.lit_amp_checkpoint))
+
+    def __enter__(self) -> CheckpointFigures:
+        logger = logging.getLogger("lit_amp.rec.online.checkpoints")
+        self._level = logger.level
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger("lit_amp.rec.online.checkpoints")
+        logger.removeHandler(self)
+        logger.setLevel(self._level)
+
+
+class PublishTimes:
+    """Wall time of each ``Publisher.publish`` call of this process (the loop is blocked)."""
+
+    def __enter__(self) -> PublishTimes:
+        from lit_amp.rec.online import publisher
+
+        self.times: list[float] = []
+        self._cls, self._real = publisher.Publisher, publisher.Publisher.publish
+        real, times = self._real, self.times
+
+        def timed(pub, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return real(pub, *args, **kwargs)
+            finally:
+                times.append(time.perf_counter() - t0)
+
+        self._cls.publish = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cls.publish = self._real
+
+
+# ---------------------------------------------------------------------------- phases
+def _freshness(land_log: str, publishes: list) -> tuple[dict, list[float]]:
+    """Per file (one batch), the first publish covering it; one value per record."""
     lands: dict[str, tuple[float, int]] = {}
     for line in Path(land_log).read_text().splitlines():
         name, t, n = line.split()
@@ -184,12 +288,67 @@ def run_online(
         for name in done - seen:
             first_pub.setdefault(name, t_pub)
         seen = done
-    fresh = []  # one value per record
+    fresh = []
     for name, t_pub in first_pub.items():
         if name in lands:
             t_land, n = lands[name]
             fresh.extend([t_pub - t_land] * n)
     fresh.sort()
+    return lands, fresh
+
+
+def run_online(
+    workdir: Path, *, seconds: float, batch: int, rate: float, publish_every: float, warmup: float,
+    model: RecModel | None = None, stream: tuple = ("synthetic",), ckpt_every: float = 30.0,
+    publish: dict | None = None, delete_consumed: bool = False,
+) -> dict:
+    """One online phase: producer process + online_train for ``seconds``."""
+    data = workdir / "data"
+    data.mkdir(parents=True)
+    ctx = mp.get_context("spawn")
+    trained = ctx.Value("q", 0, lock=False)
+    stop, ready = ctx.Event(), ctx.Event()
+    land_log = str(workdir / "lands.txt")
+    prod = ctx.Process(
+        target=producer,
+        args=(str(data), batch, rate, 20, trained, stop, ready, land_log, stream),
+        daemon=True,
+    )
+    prod.start()
+    if not ready.wait(timeout=300):  # its imports take seconds on a loaded machine
+        stop.set()
+        raise RuntimeError("the producer process did not start within 300 s")
+    if model is None:
+        model, _ = make_model()
+    progress = Progress(trained)
+    publishes: list[tuple[float, frozenset]] = []  # (published_at, files covered)
+    sizes: list[tuple[str, int]] = []  # (kind, bytes) per publish
+
+    def hook(info: dict) -> None:
+        publishes.append((info["published_at"], frozenset(info["cursor"]["done"])))
+        sizes.append((info.get("kind", "full"), info.get("bytes", 0)))
+
+    source = DirectorySource(data, batch_size=batch, poll_interval=0.005,
+                             delete_consumed=delete_consumed)
+    load0 = os.getloadavg()
+    cpu0 = time.process_time()
+    try:
+        with CheckpointFigures() as ckpts, PublishTimes() as pub_times:
+            summary = model.online_train(
+                source,
+                callbacks=[progress],
+                stop=StopOptions(max_time=seconds),
+                checkpoint=CheckpointOptions(workdir / "ckpt", ckpt_every_n_seconds=ckpt_every,
+                                             keep_checkpoint_max=2),
+                publish=PublishOptions(workdir / "publish", publish_every_n_seconds=publish_every,
+                                       publish_hook=hook, **(publish or {})),
+            )
+    finally:
+        stop.set()
+        prod.join(timeout=30)
+    cpu = time.process_time() - cpu0
+    load1 = os.getloadavg()
+    lands, fresh = _freshness(land_log, publishes)
     return {
         "seconds": seconds,
         "producer_rate": rate or "max (backlog <= 20 files)",
@@ -200,6 +359,10 @@ def run_online(
         "records_landed": sum(n for _, n in lands.values()),
         "backlog_end_records": sum(n for _, n in lands.values()) - summary.records,
         "publishes": len(publishes),
+        "publish_kinds": [k for k, _ in sizes],
+        "publish_bytes": [b for _, b in sizes],
+        "publish_s": pub_times.times,
+        "checkpoints": ckpts.figures,
         "freshness_median_s": statistics.median(fresh) if fresh else None,
         "freshness_p90_s": fresh[int(0.9 * (len(fresh) - 1))] if fresh else None,
         "freshness_max_s": fresh[-1] if fresh else None,
@@ -213,13 +376,16 @@ def run_online(
     }
 
 
-def run_baseline(seconds: float, batch: int) -> dict:
+def run_baseline(seconds: float, batch: int, net: nn.Module | None = None,
+                 opt: torch.optim.Optimizer | None = None, stream: tuple = ("synthetic",),
+                 n_batches: int = 20) -> dict:
     """The bare train step over in-memory batches (no Lightning, no files)."""
-    _, net = make_model()
-    opt = LazyAdam(net.parameters(), lr=1e-3)
+    if net is None:
+        _, net = make_model()
+        opt = LazyAdam(net.parameters(), lr=1e-3)
     loss_fn = nn.BCEWithLogitsLoss()
-    gen = SyntheticClickSource(batch_size=batch, seed=0)
-    batches = [gen.schema.to_batch(gen.columns(i)) for i in range(20)]
+    gen, schema = make_stream(stream, batch), SyntheticClickSource(batch_size=batch).schema
+    batches = [schema.to_batch(gen.columns(i)) for i in range(n_batches)]
     t0 = time.monotonic()
     cpu0 = time.process_time()
     n = 0
@@ -343,12 +509,39 @@ def main() -> None:
         "--rate-fraction",
         type=float,
         default=0.5,
-        help="without --rate: this fraction of the measured throughput (at most 20,000/s)",
+        help="without --rate: this fraction of the measured throughput (at most 20,000/s; "
+        "--scale: at most --rate-cap)",
     )
     ap.add_argument("--publish-every", type=float, default=2.0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the trainer")
     ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    ap.add_argument("--scale", action="store_true", help="the scale axis (see the docstring)")
+    ap.add_argument("--soak", action="store_true", help="the memory soak at the largest size")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
+                    help="--scale / --soak: rows per feature")
+    ap.add_argument("--optimizer", choices=("lazyadam", "adagrad"), default="lazyadam")
+    ap.add_argument("--collisionless", action="store_true",
+                    help="--scale / --soak: IdEmbedding tables (one row per id) instead of hashed")
+    ap.add_argument("--ckpt-every", type=float, default=40.0, help="--scale: seconds")
+    ap.add_argument("--full-publishes", action="store_true",
+                    help="--scale: full publishes instead of deltas")
+    ap.add_argument("--new-frac", type=float, default=0.02,
+                    help="--scale: fraction of ids never seen before")
+    ap.add_argument("--rate-cap", type=float, default=40_000.0)
+    ap.add_argument("--bare-seconds", type=float, default=20.0)
+    ap.add_argument("--soak-minutes", type=float, default=10.0)
+    ap.add_argument("--soak-rate", type=float, default=20_000.0)
+    ap.add_argument("--soak-new-frac", type=float, default=0.1)
     args = ap.parse_args()
+    if args.scale or args.soak:
+        run_scale_or_soak(args)
+    else:
+        run_legacy(args)
+
+
+def run_legacy(args: argparse.Namespace) -> None:
+    """The Wide&Deep at 26 x 10,000 rows on SyntheticClickSource: bare step, throughput,
+    freshness (``docs/benchmarks.md``'s "Online training" section)."""
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
@@ -420,6 +613,312 @@ def main() -> None:
     if not args.no_doc:
         update_doc(result)
         print("updated:", DOC)
+
+
+
+# ---------------------------------------------------------------------------- scale axis
+SCALE_TARGETS = {"records_per_s": 40_000.0, "ratio_to_bare": 0.9, "rss_over_state": 1.5,
+                 "stall_s": 0.1, "publish_fraction": 0.05, "freshness_median_s": 2.0,
+                 "freshness_p90_s": 4.0}
+
+
+def scale_model(vocab: int, optimizer: str, collisionless: bool) -> tuple[nn.Module, Any]:
+    """Wide&Deep with ``26 x vocab`` rows of width 17 (16 deep + 1 wide), sparse gradients."""
+    torch.manual_seed(0)
+    net = WideDeep(vocab_size=vocab, embed_dim=16, hidden=(256, 128), sparse=True,
+                   collisionless=collisionless)
+    if optimizer == "adagrad":
+        return net, torch.optim.Adagrad(net.parameters(), lr=0.01)
+    opt = LazyAdam(net.parameters(), lr=1e-3)
+    if collisionless:
+        net.embedding.attach(opt)  # a reused row's moments start at zero
+    return net, opt
+
+
+def state_bytes(net: nn.Module, opt: Any) -> dict:
+    """Bytes of the parameters, the optimizer state and the buffers."""
+    def size(ts: Any) -> int:
+        return sum(t.numel() * t.element_size() for t in ts if torch.is_tensor(t))
+
+    return {"param_bytes": size(net.parameters()), "buffer_bytes": size(net.buffers()),
+            "optimizer_bytes": size(v for st in opt.state.values() for v in st.values())}
+
+
+def _thin(samples: list, n: int = 400) -> list:
+    step = max(1, len(samples) // n)
+    return [(round(t, 2), b) for t, b in samples[::step]]
+
+
+def _median(xs: list) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _checkpoint_summary(phases: list[dict]) -> dict:
+    figs = [f for ph in phases for f in ph["checkpoints"]]
+    bg = [f for f in figs if f["background"]]
+    final = [f for f in figs if not f["background"]]
+    return {
+        "background": len(bg),
+        "stall_s_median": _median([f["stall_s"] for f in bg]),
+        "stall_s_max": max((f["stall_s"] for f in bg), default=None),
+        "waited_s_max": max((f["waited_s"] for f in bg), default=None),
+        "write_s_median": _median([f["write_s"] for f in bg]),
+        "bytes": _median([f["bytes"] for f in figs]),
+        "cow_rows_median": _median([f["cow_rows"] for f in bg]),
+        "cow_bytes_max": max((f["cow_bytes"] for f in bg), default=None),
+        # a checkpoint written by the loop (the final one): what every checkpoint stalled before
+        "in_loop_stall_s": _median([f["stall_s"] for f in final]),
+    }
+
+
+def _publish_summary(thr: dict, publish_every: float) -> dict:
+    kinds, sizes, times = thr["publish_kinds"], thr["publish_bytes"], thr["publish_s"]
+    full = [b for k, b in zip(kinds, sizes) if k == "full"]
+    delta = [b for k, b in zip(kinds, sizes) if k != "full"]
+    return {
+        "count": len(sizes), "full": len(full), "delta": len(delta),
+        "full_bytes": _median(full), "delta_bytes_median": _median(delta),
+        "delta_bytes_max": max(delta, default=None),
+        "bytes_per_interval_over_full": (_median(delta) / _median(full)
+                                          if delta and full else None),
+        "publish_s_median": _median(times), "publish_s_max": max(times, default=None),
+        "every_s": publish_every,
+    }
+
+
+def run_size(vocab: int, o: dict) -> dict:
+    """One size of the scale axis, in this (fresh) process: bare step, throughput,
+    freshness."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(o["threads"])
+    sampler = RssSampler(0.25)
+    t0 = time.monotonic()
+    net, opt = scale_model(vocab, o["optimizer"], o["collisionless"])
+    init_s = time.monotonic() - t0
+    stream = ("criteo", o["new_frac"])
+    print(f"[{vocab:,}] bare step for {o['bare_seconds']:.0f} s ...", flush=True)
+    base = run_baseline(o["bare_seconds"], o["batch"], net, opt, stream, n_batches=100)
+    sizes = state_bytes(net, opt)
+    model = RecModel(net, nn.BCEWithLogitsLoss(), opt)
+    root = Path(tempfile.mkdtemp(prefix="lit_amp_bench_scale_"))
+    common = {"seconds": o["seconds"], "batch": o["batch"], "warmup": min(10.0, o["seconds"] / 4),
+              "publish_every": o["publish_every"], "model": model, "stream": stream,
+              "ckpt_every": o["ckpt_every"], "delete_consumed": True,
+              "publish": {} if o["full_publishes"] else {"delta": True}}
+    try:
+        print(f"[{vocab:,}] throughput for {o['seconds']:.0f} s ...", flush=True)
+        thr = run_online(root / "throughput", rate=0.0, **common)
+        shutil.rmtree(root / "throughput", ignore_errors=True)
+        rate = o["rate"] or min(o["rate_cap"], o["rate_fraction"] * thr["sustained_records_per_s"])
+        rate = max(rate, float(o["batch"]))
+        print(f"[{vocab:,}] freshness for {o['seconds']:.0f} s at {rate:,.0f} records/s ...",
+              flush=True)
+        fr = run_online(root / "freshness", rate=rate, **common)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    rss = sampler.stop()
+    peak = rss_bytes("VmHWM")
+    state = sizes["param_bytes"] + sizes["optimizer_bytes"]
+    return {
+        "vocab": vocab, "rows": 26 * vocab, **sizes, "init_s": init_s, "bare": base,
+        "throughput": thr, "freshness": fr,
+        "ratio_to_bare": thr["sustained_records_per_s"] / base["records_per_s"],
+        "peak_rss_bytes": peak, "rss_over_state": peak / state,
+        "rss_samples": _thin(rss),
+        "checkpoint": _checkpoint_summary([thr, fr]),
+        "publish": _publish_summary(thr, o["publish_every"]),
+    }
+
+
+def run_soak(vocab: int, o: dict) -> dict:
+    """``soak_minutes`` of online training at ``vocab`` rows per feature on ever new ids,
+    RSS sampled every second."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(o["threads"])
+    sampler = RssSampler(1.0)
+    net, opt = scale_model(vocab, o["optimizer"], o["collisionless"])
+    stream = ("criteo", o["soak_new_frac"])
+    run_baseline(2.0, o["batch"], net, opt, stream, n_batches=4)  # the optimizer state exists
+    sizes = state_bytes(net, opt)
+    model = RecModel(net, nn.BCEWithLogitsLoss(), opt)
+    root = Path(tempfile.mkdtemp(prefix="lit_amp_bench_soak_"))
+    seconds = 60.0 * o["soak_minutes"]
+    print(f"[soak {vocab:,}] {seconds:.0f} s at {o['soak_rate']:,.0f} records/s, "
+          f"{o['soak_new_frac']:.0%} new ids ...", flush=True)
+    try:
+        run = run_online(root / "soak", seconds=seconds, batch=o["batch"],
+                         rate=o["soak_rate"], publish_every=o["publish_every"], warmup=10.0,
+                         model=model, stream=stream, ckpt_every=max(60.0, o["ckpt_every"]),
+                         publish={} if o["full_publishes"] else {"delta": True},
+                         delete_consumed=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    rss = sampler.stop()
+    state = sizes["param_bytes"] + sizes["optimizer_bytes"]
+    half = [(t, b) for t, b in rss if t >= rss[-1][0] / 2] if rss else []
+    slope = float(np.polyfit([t for t, _ in half], [b for _, b in half], 1)[0]) * 60 \
+        if len(half) > 2 else None
+    emb = net.embedding
+    return {
+        "vocab": vocab, "rows": 26 * vocab, **sizes, "seconds": seconds,
+        "records_trained": run["records_trained"],
+        "distinct_new_ids_seen": int(run["records_trained"] * 26 * o["soak_new_frac"]),
+        "peak_rss_bytes": rss_bytes("VmHWM"), "budget_bytes": 1.5 * state,
+        "rss_over_state": rss_bytes("VmHWM") / state,
+        "rss_slope_bytes_per_min_last_half": slope,
+        "rss_samples": _thin(rss),
+        "evictions": int(getattr(emb, "evictions", 0)), "overflows": int(getattr(emb, "overflows",
+                                                                                 0)),
+        "checkpoint": _checkpoint_summary([run]),
+        "publish": _publish_summary(run, o["publish_every"]),
+        "sustained_records_per_s": run["sustained_records_per_s"],
+        "backlog_end_records": run["backlog_end_records"],
+    }
+
+
+def _child(kind: str, vocab: int, o: dict, queue: Any) -> None:
+    import traceback
+
+    try:
+        queue.put(("ok", (run_soak if kind == "soak" else run_size)(vocab, o)))
+    except BaseException:  # reported by the parent
+        queue.put(("error", traceback.format_exc()))
+
+
+def in_process(kind: str, vocab: int, o: dict) -> dict:
+    """``run_size`` / ``run_soak`` in a fresh process (its own peak RSS)."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(kind, vocab, o, queue))
+    proc.start()
+    status, value = queue.get()
+    proc.join()
+    if status != "ok":
+        raise RuntimeError(f"the {kind} run at {vocab:,} rows per feature failed:\n{value}")
+    return value
+
+
+def run_scale_or_soak(args: argparse.Namespace) -> None:
+    o = {k: getattr(args, k) for k in (
+        "seconds", "batch", "rate", "rate_fraction", "rate_cap", "publish_every", "threads",
+        "optimizer", "collisionless", "ckpt_every", "full_publishes", "new_frac",
+        "bare_seconds", "soak_minutes", "soak_rate", "soak_new_frac")}
+    model = (f"WideDeep(13 dense, 26 cat, embed 16 + 1 wide, MLP 256-128), sparse, "
+             f"{'LazyAdam' if args.optimizer == 'lazyadam' else 'Adagrad'}, "
+             f"{'IdEmbedding (collision-free)' if args.collisionless else 'hashed'} tables")
+    common = {"model": model, "batch": args.batch, "threads": args.threads,
+              "publish_every": args.publish_every, "ckpt_every": args.ckpt_every,
+              "delta_publishes": not args.full_publishes, "loadavg_start": os.getloadavg(),
+              "targets": SCALE_TARGETS}
+    if args.soak:
+        soak = in_process("soak", max(args.sizes), o)
+        path = write_result("online_soak", {**common, "soak": soak, "options": o})
+        print(f"peak RSS {soak['peak_rss_bytes'] / 2**30:.2f} GiB = "
+              f"{soak['rss_over_state']:.2f} x parameters + optimizer state; slope over the "
+              f"last half {(soak['rss_slope_bytes_per_min_last_half'] or 0) / 2**20:+.1f} MiB/min")
+        print("written:", path)
+        if not args.no_doc:
+            update_scale_doc(None, soak)
+        return
+    rows = []
+    for vocab in args.sizes:
+        rows.append(in_process("size", vocab, o))
+        r = rows[-1]
+        print(f"[{vocab:,}] {r['throughput']['sustained_records_per_s']:,.0f} records/s "
+              f"({r['ratio_to_bare']:.2f} x bare), peak RSS {r['rss_over_state']:.2f} x state, "
+              f"stall {1e3 * (r['checkpoint']['stall_s_max'] or 0):.0f} ms", flush=True)
+    result = {**common, "sizes": rows, "options": o, "loadavg_end": os.getloadavg()}
+    path = write_result("online_scale", result)
+    print("written:", path)
+    if not args.no_doc:
+        update_scale_doc(result, None)
+
+
+def _gb(b: float | None) -> str:
+    return "n/a" if b is None else f"{b / 1e9:.2f} GB" if b >= 1e8 else f"{b / 1e6:.1f} MB"
+
+
+def _ms(s: float | None) -> str:
+    return "n/a" if s is None else f"{1e3 * s:.0f} ms"
+
+
+def _scale_table(result: dict) -> str:
+    head = ("| rows per feature (total) | params + optimizer | bare step | sustained | ratio "
+            "| peak RSS / state | checkpoint write | stall per checkpoint (median / max) | "
+            "in-loop checkpoint | publish (median) | bytes per publish: full / delta | "
+            "freshness median / p90 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "---:|\n")
+    lines = []
+    for r in result["sizes"]:
+        c, p, fr = r["checkpoint"], r["publish"], r["freshness"]
+        lines.append(
+            f"| {r['vocab']:,} ({r['rows'] / 1e6:g} M) "
+            f"| {_gb(r['param_bytes'] + r['optimizer_bytes'])} "
+            f"| {r['bare']['records_per_s']:,.0f}/s "
+            f"| {r['throughput']['sustained_records_per_s']:,.0f}/s "
+            f"| {r['ratio_to_bare']:.2f} | {r['rss_over_state']:.2f} "
+            f"| {c['write_s_median'] or 0:.1f} s | {_ms(c['stall_s_median'])} / "
+            f"{_ms(c['stall_s_max'])} | {c['in_loop_stall_s'] or 0:.1f} s "
+            f"| {_ms(p['publish_s_median'])} | {_gb(p['full_bytes'])} / "
+            f"{_gb(p['delta_bytes_median'])} "
+            f"| {_s(fr['freshness_median_s'])} / {_s(fr['freshness_p90_s'])} |")
+    return head + "\n".join(lines)
+
+
+def update_scale_doc(result: dict | None, soak: dict | None) -> None:
+    """Replace (or append) the scale axis' section of docs/benchmarks.md (one part of it)."""
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    m = machine()
+    if result is not None:
+        body = f"""<!-- bench:online-scale:start -->
+## Online training at scale (`bench/online.py --scale`)
+
+{result["model"]}; batch {result["batch"]}; a Criteo-like stream (power-law ids hashed over
+62 bits, {result["options"]["new_frac"]:.0%} new ids); producer process + `DirectorySource`
+as in the section above; {"delta" if result["delta_publishes"] else "full"} publishes every
+{result["publish_every"]} s; background checkpoints every {result["ckpt_every"]:.0f} s.
+"State" is parameter + optimizer-state bytes. "Stall per checkpoint": how long the training
+loop was blocked by a background checkpoint; "in-loop checkpoint": the final checkpoint,
+written by the loop as every checkpoint was before background writes (what each one stalled).
+Freshness at {result["options"]["rate_fraction"]:.0%} of the throughput (at most
+{result["options"]["rate_cap"]:,.0f} records/s).
+
+Machine: {m["cpu"]}, {m["cores"]} cores, torch {m["torch"]}; load average
+{result["loadavg_start"][0]:.1f} at the start; {time.strftime("%Y-%m-%d")}.
+
+{_scale_table(result)}
+
+Targets at 26 M rows: sustained >= 0.9 x the bare step and >= 40,000 records/s; peak RSS <=
+1.5 x state; stall per checkpoint <= 100 ms; publish bytes per 2 s <= 5 % of a full publish;
+freshness median <= 2 s, p90 <= 4 s. Raw numbers: `bench/results/online_scale.json`.
+<!-- bench:online-scale:end -->
+"""
+        text = _replace_section(text, "online-scale", body)
+    if soak is not None:
+        body = f"""<!-- bench:online-soak:start -->
+## Memory soak (`bench/online.py --soak`)
+
+{soak["rows"] / 1e6:g} M rows, {soak["seconds"] / 60:.0f} minutes, {soak["records_trained"]:,}
+records trained (about {soak["distinct_new_ids_seen"]:,} ids never seen before), background
+checkpoints and publishes as above. Peak RSS {_gb(soak["peak_rss_bytes"])} =
+{soak["rss_over_state"]:.2f} x state ({_gb(soak["param_bytes"] + soak["optimizer_bytes"])});
+budget 1.5 x state = {_gb(soak["budget_bytes"])}; RSS slope over the last half
+{(soak["rss_slope_bytes_per_min_last_half"] or 0) / 2**20:+.1f} MiB/min. Evictions
+{soak["evictions"]:,}, overflows {soak["overflows"]:,}. Machine: {m["cpu"]};
+{time.strftime("%Y-%m-%d")}. Raw samples: `bench/results/online_soak.json`.
+<!-- bench:online-soak:end -->
+"""
+        text = _replace_section(text, "online-soak", body)
+    DOC.write_text(text)
+
+
+def _replace_section(text: str, name: str, body: str) -> str:
+    pattern = re.compile(rf"<!-- bench:{name}:start -->.*?<!-- bench:{name}:end -->\n?", re.S)
+    if pattern.search(text):
+        return pattern.sub(lambda _: body, text)
+    return text.rstrip("\n") + "\n\n" + body
 
 
 if __name__ == "__main__":
