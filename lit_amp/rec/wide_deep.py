@@ -53,7 +53,8 @@ class WideDeep(nn.Module):
         sparse: sparse embedding gradients (use :class:`LazyAdam`, SGD or Adagrad).
         collisionless: one row per distinct ``(feature, id)`` (an
             :class:`~lit_amp.rec.id_embedding.IdEmbedding` that evicts the least frequently
-            used ids when full) instead of ``id % vocab_size``.
+            used ids when full) instead of ``id % vocab_size``; ``net.embedding.attach(opt)``
+            gives a row reused for a new id fresh optimizer moments.
 
     Raises:
         ValueError: a non-positive size.

@@ -11,9 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lit_amp.rec import LazyAdam, WideDeep
+from lit_amp.rec import CheckpointOptions, LazyAdam, RecModel, StopOptions, WideDeep
 from lit_amp.rec.id_embedding import IdEmbedding
 from lit_amp.rec.publish import DeltaPublisher, load_published
+from lit_amp.rec.sources import SyntheticClickSource
 from lit_amp.serialization import load_checkpoint, save_checkpoint
 
 I64 = torch.iinfo(torch.int64)
@@ -164,6 +165,28 @@ def test_a_resumed_run_maps_ids_exactly_as_before(tmp_path):
     assert torch.equal(a.embedding.row_keys, b.embedding.row_keys)
     assert int(a.embedding.evictions) == int(b.embedding.evictions)
     assert torch.equal(a.embedding.weight, b.embedding.weight)  # new rows: the same values
+
+
+def test_online_train_resumes_the_id_map_from_its_checkpoint(tmp_path):
+    def model():
+        torch.manual_seed(0)
+        net = WideDeep(vocab_size=20, embed_dim=4, hidden=(8,), sparse=True, collisionless=True)
+        return RecModel(net, torch.nn.BCEWithLogitsLoss(), LazyAdam(net.parameters(), lr=0.01))
+
+    first = model()
+    first.online_train(SyntheticClickSource(batch_size=16, vocab_size=10**6, seed=4),
+                       stop=StopOptions(max_steps=4), checkpoint=CheckpointOptions(tmp_path))
+    trained = first.lit_model.network.embedding
+    assert int(trained.evictions) > 0  # 4 x 16 x 26 Zipf ids into 520 rows
+    second = model()
+    s = second.online_train(SyntheticClickSource(batch_size=16, vocab_size=10**6, seed=4),
+                            stop=StopOptions(max_steps=4), checkpoint=CheckpointOptions(tmp_path))
+    resumed = second.lit_model.network.embedding
+    assert s.resumed_from is not None and s.steps == 0
+    assert torch.equal(resumed.row_keys, trained.row_keys)
+    ids = torch.cat([b[0]["cat"] for b in SyntheticClickSource(batch_size=16, vocab_size=10**6,
+                                                               seed=4, num_records=64)])
+    assert torch.equal(resumed.row_of(ids), trained.row_of(ids))
 
 
 def test_under_ddp_every_rank_keeps_the_same_id_map(monkeypatch):
