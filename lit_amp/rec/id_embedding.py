@@ -17,7 +17,8 @@ MindSpore's ``MapParameter`` do:
 - a new key's row is initialised from a generator seeded with ``seed`` and the table's step
   counter, so a resumed run allocates and initialises exactly as an uninterrupted one; under
   DDP every rank admits the union of all ranks' keys of the step (one ``all_gather``), so
-  the ranks' id maps stay identical.
+  the ranks' id maps stay identical (``DDPStrategy(broadcast_buffers=False)`` then spares
+  DDP from sending the table, a buffer, at every step).
 
 The id map (``row_keys``: each row's ``(feature, id)``, feature ``-1`` for a free row) and
 the usage statistics are buffers, so the map is saved and restored with the weights by any
