@@ -1,4 +1,4 @@
-"""Fixtures of the cluster tests: one SLURM cluster per session, and the runs on it.
+"""Fixtures of the cluster tests: one SLURM cluster for the package's tests, and the runs on it.
 
 ``slurm_cluster`` starts :class:`tests.cluster.slurm_cluster.SlurmCluster` once (a test that
 needs it skips, naming the reason, where SLURM is not installed or the tests do not run as
@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[runs.WANTED] = [name for name in runs.STARTERS if name in names]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     reason = missing_reason()
     if reason is None and importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") \
@@ -45,7 +45,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def campaign(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[runs.Campaign]:
     camp = runs.Campaign(slurm_cluster, tmp_path_factory.mktemp("runs"))
@@ -60,7 +60,7 @@ def campaign(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster,
 
 
 def _part(name: str) -> Any:
-    @pytest.fixture(scope="session", name=name)
+    @pytest.fixture(scope="package", name=name)
     def fixture(campaign: runs.Campaign) -> Any:
         return campaign.start(name)
 
