@@ -63,7 +63,16 @@ BOOST_KEY = "lit_amp_boost"
 
 def _state_of(save_obj: Any) -> dict:
     if hasattr(save_obj, "checkpoint_state"):
-        return dict(save_obj.checkpoint_state())
+        state = save_obj.checkpoint_state()
+        if not (isinstance(state, dict) and isinstance(state.get("state_dict"), dict)):
+            keys = sorted(map(str, state)) if isinstance(state, dict) else "-"
+            raise TypeError(
+                f"save_checkpoint: {type(save_obj).__name__}.checkpoint_state() must return "
+                "Lightning's checkpoint dict, with the weights under 'state_dict' (and "
+                "'lit_amp_network_prefix', 'optimizer_states' where they apply), but got "
+                f"{type(state).__name__} with keys {keys}."
+            )
+        return dict(state)
     if isinstance(save_obj, torch.nn.Module):
         return {"state_dict": save_obj.state_dict(), PREFIX_KEY: ""}
     if isinstance(save_obj, dict):

@@ -131,3 +131,16 @@ def test_a_partial_non_strict_load_warns_naming_the_missing_keys(tmp_path, caplo
     assert "bias" in caplog.text and "strict_load=True" in caplog.text
     with pytest.raises(RuntimeError, match="(?s)w.ckpt.*Missing key"):
         load_checkpoint(path, net=nn.Linear(2, 1), strict_load=True)
+
+
+def test_checkpoint_state_of_another_shape_is_refused_before_writing(tmp_path):
+    """An object's ``checkpoint_state()`` must return Lightning's dict; another shape would
+    write a file no reader understands, so ``save_checkpoint`` refuses it and writes nothing."""
+
+    class OldShape:
+        def checkpoint_state(self):
+            return {"network": {"w": torch.ones(1)}}
+
+    with pytest.raises(TypeError, match=r"checkpoint_state\(\) must return .*'state_dict'"):
+        save_checkpoint(OldShape(), str(tmp_path / "x"))
+    assert list(tmp_path.iterdir()) == []

@@ -32,7 +32,7 @@ UNSAFE = re.compile(
 ALLOWED: set[tuple[str, str]] = {
     # the error message of load_checkpoint tells the user of the explicit opt-in for a file
     # they trust; the package itself never passes weights_only=False
-    ("_io.py",
+    ("serialization.py",
      'f"({type(exc).__name__}: {exc}); if the file is trusted, pass weights_only=False."'),
 }
 

@@ -31,11 +31,12 @@ class TrainNet:
         return loss.detach()
 
     def checkpoint_state(self) -> dict:
-        return {"network": self.net.state_dict(), "optimizer": self.opt.state_dict()}
+        return {"state_dict": self.net.state_dict(), "lit_amp_network_prefix": "",
+                "optimizer_states": [self.opt.state_dict()]}
 
-    def load_checkpoint_state(self, state: dict) -> None:
+    def load_checkpoint_state(self, state: dict) -> None:  # load_checkpoint's views
         self.net.load_state_dict(state["network"])
-        if "optimizer" in state:
+        if state.get("optimizer") is not None:
             self.opt.load_state_dict(state["optimizer"])
 
 
