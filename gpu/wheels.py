@@ -34,7 +34,9 @@ IMAGE_HAS: dict[str, str | None] = {
 #: Requirements of lit_amp's test set-up that the GPU machine does not need.
 NOT_NEEDED = {"ruff": "lint runs on the CPU machine",
               "hydra-submitit-launcher": "the slurm tests skip where SLURM is not installed",
-              "submitit": "the slurm tests skip where SLURM is not installed"}
+              "submitit": "the slurm tests skip where SLURM is not installed",
+              "hydra-optuna-sweeper": "tests/cli/test_optuna_search.py skips without it "
+                                      "(optuna pulls ~20 wheels; the search runs on the CPU)"}
 
 #: Downloaded by ``make gpu-wheels`` (name -> version): hydra and its parser for the CLI,
 #: mnist1d for the demo data, pytest-rerunfailures for ``make test``'s rerun option.
