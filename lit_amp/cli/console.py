@@ -61,20 +61,27 @@ class EpochLine(L.Callback):
 
     Args:
         epochs: the final epoch number (MindSpore's ``epoch``).
-        initial_epoch: epochs done before this run.
+        initial_epoch: epochs done before this run (replaced at the start of training by the
+            LitModel's ``epoch_offset``, which counts a restored backup).
+        print_lines: print the lines (False: only track the initial epoch).
 
     Example:
         >>> EpochLine(30).epochs
         30
     """
 
-    def __init__(self, epochs: int, initial_epoch: int = 0) -> None:
+    def __init__(self, epochs: int, initial_epoch: int = 0, print_lines: bool = True) -> None:
         self.epochs = int(epochs)
         self.initial_epoch = int(initial_epoch)
+        self.print_lines = print_lines
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Take the epoch the run really starts from: a BackupAndRestore backup may move it."""
+        self.initial_epoch = int(getattr(pl_module, "epoch_offset", self.initial_epoch))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Print the epoch's line (after validation, when the epoch ran one)."""
-        if trainer.global_rank != 0 or trainer.sanity_checking:
+        if not self.print_lines or trainer.global_rank != 0 or trainer.sanity_checking:
             return
         metrics = {k: v for k, v in trainer.callback_metrics.items()
                    if k.startswith(("train/", "val/")) and "samples_per_sec" not in k

@@ -203,8 +203,8 @@ def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
     sink = bool(cfg.dataset_sink_mode)
     vf = _plain(cfg.get("valid_frequency"))
     initial, extra_cbs = _resume(cfg, b)
-    if piped():
-        extra_cbs.append(EpochLine(int(cfg.epochs), initial))
+    line = EpochLine(int(cfg.epochs), initial, print_lines=piped())
+    extra_cbs.append(line)
     callbacks = [*b.callbacks, *extra_cbs]
     t0 = time.perf_counter()
     from lit_amp.thor.convert import ThorModel
@@ -230,7 +230,7 @@ def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
         )
     preemption.check_stopped(callbacks)  # a SLURM signal cut training short: no eval, no result
     extra: dict[str, Any] = {"train_s": round(time.perf_counter() - t0, 3),
-                             "initial_epoch": initial}
+                             "initial_epoch": line.initial_epoch}
     fit_trainer = model.trainer
     logged = dict(fit_trainer.logged_metrics) if fit_trainer is not None else {}
     found = [logged[k] for k in _LIGHTNING_THROUGHPUT if k in logged]

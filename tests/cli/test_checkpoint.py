@@ -190,3 +190,17 @@ def test_resume_from_a_mid_epoch_lightning_checkpoint_is_refused(tmp_path, capsy
     with pytest.raises(SystemExit):
         main(["epochs=3", f"ckpt_path={mid}", *DATA, f"hydra.run.dir={tmp_path / 'r'}"])
     assert "middle of an epoch" in capsys.readouterr().err
+
+
+def test_a_run_resumed_from_its_backup_counts_the_restored_epochs(tmp_path, capsys):
+    """callbacks=fault_tolerant: a second run in the same directory continues after the backup's
+    epoch; its epoch lines and result.json count from there, not from 0."""
+    run = tmp_path / "r"
+    args = ["callbacks=fault_tolerant", "callbacks.backup_and_restore.delete_checkpoint=false",
+            *DATA[:4], "logger=none", f"hydra.run.dir={run}"]
+    main(["epochs=1", *args])
+    capsys.readouterr()
+    main(["epochs=2", *args])
+    out = capsys.readouterr().out
+    assert "epoch 2/2" in out and "epoch 1/2" not in out
+    assert json.loads((run / "result.json").read_text())["initial_epoch"] == 1
