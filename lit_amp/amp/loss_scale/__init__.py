@@ -28,6 +28,9 @@ from lit_amp._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "LossScaleController": "lit_amp.amp.loss_scale.controller",
+    "AppliedStep": "lit_amp.amp.loss_scale.controller",
+    "DynamicScaleRule": "lit_amp.amp.loss_scale.rule",
+    "next_scale_state": "lit_amp.amp.loss_scale.rule",
     "LossScaleManager": "lit_amp.amp.loss_scale.managers",
     "FixedLossScaleManager": "lit_amp.amp.loss_scale.managers",
     "DynamicLossScaleManager": "lit_amp.amp.loss_scale.managers",

@@ -203,14 +203,17 @@ class DynamicLossScaleUpdateCell(nn.Module):
 
     def _forward_host(self, loss_scale: Tensor, ovf: bool) -> Tensor:
         ls, cur = loss_scale.item(), int(self.cur_iter)
+        last, left = int(self.last_overflow_iter), int(self.hysteresis_left)
         new, counter, hyst = next_scale_state(
-            ls, cur - int(self.last_overflow_iter) - 1, int(self.hysteresis_left), ovf,
-            self._rule, HOST_FP32,
+            ls, cur - last - 1, left, ovf, self._rule, HOST_FP32
         )
+        # write only what changed (a fill costs more than the rule)
         if new != ls:
             loss_scale.fill_(new)
-        self.last_overflow_iter.fill_(cur - counter)
-        self.hysteresis_left.fill_(hyst)
+        if cur - counter != last:
+            self.last_overflow_iter.fill_(cur - counter)
+        if hyst != left:
+            self.hysteresis_left.fill_(hyst)
         self.cur_iter.fill_(cur + 1)
         return torch.tensor(ovf)
 

@@ -18,12 +18,13 @@ What the plugin does, hook by hook:
 * ``convert_input`` - identity: converted modules cast their own inputs, and labels stay in
   their dtype (the loss is computed in float32).
 * ``pre_backward`` - casts a 16-bit loss to float32 and multiplies it by the loss scale.
-* ``optimizer_step`` - runs the closure, unscales the gradients (before clipping and
-  ``on_before_optimizer_step``), checks for inf/NaN (all-reduced across ranks), skips the
-  optimizer step on overflow (returns None), updates the scale **once per training step** (with
-  several optimizers in manual optimization too), and logs ``loss_scale`` and
-  ``skipped_steps``. A step-interval LR scheduler call that follows a skipped step is skipped
-  too (MindSpore: an overflowing step does not advance the schedule).
+* ``optimizer_step`` - runs the closure, then the controller's one scaled-step driver
+  (:meth:`~lit_amp.amp.loss_scale.controller.LossScaleController.apply`): unscales the
+  gradients (before clipping and ``on_before_optimizer_step``), checks for inf/NaN
+  (all-reduced across ranks), skips the optimizer step on overflow (returns None), updates the
+  scale **once per training step** (with several optimizers in manual optimization too); then
+  logs ``loss_scale`` and ``skipped_steps``. A step-interval LR scheduler call that follows a
+  skipped step is skipped too (MindSpore: an overflowing step does not advance the schedule).
 * ``clip_gradients`` - unscales first when not done yet (manual optimization clips before
   ``optimizer.step()``; Lightning's own AMP plugin clips scaled gradients there).
 * checkpoints - the loss-scale state is saved under the stable top-level key
@@ -34,9 +35,6 @@ What the plugin does, hook by hook:
 
 Defaults: ``dtype=None`` is float16 on CUDA (MindSpore's default) and bfloat16 on CPU; O2's
 default loss-scale manager is ``DynamicLossScaleManager()`` for float16 and none for bfloat16.
-
-Size: one mixin shared by the two plugins plus its option tables; each hook above is a few
-lines, and splitting them apart would separate hooks that share the loss-scale state.
 
 Example:
     >>> import lightning.pytorch as pl
