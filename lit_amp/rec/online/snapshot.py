@@ -42,8 +42,8 @@ from lit_amp.rec.touched import _row_local
 
 __all__ = ["Snapshot", "SnapshotBroken", "SnapshotStats", "Snapshots"]
 
-#: bytes copied per chunk by the writer (the lock is held for one chunk's copy)
-CHUNK_BYTES = 4 << 20
+#: bytes of table rows the writer copies and writes at a time
+CHUNK_BYTES = 16 << 20
 #: a parameter smaller than this is cloned (copy-on-write is not worth its bookkeeping)
 MIN_PROTECTED_BYTES = 1 << 20
 #: rows per block of the store of rows copied aside
@@ -151,16 +151,17 @@ class _Protected:
             self.saved.append(rows)
         return k
 
-    def chunk(self, i: int, r0: int, r1: int, out: torch.Tensor) -> torch.Tensor:
-        """Rows ``[r0, r1)`` of tensor ``i`` as they were at the snapshot, into ``out``."""
-        buf = out[: r1 - r0]
-        buf.copy_(self.tensors[i][r0:r1])
+    def overlay(self, i: int, r0: int, buf: torch.Tensor) -> None:
+        """Make ``buf`` (rows ``[r0, r0 + len(buf))`` of tensor ``i``, copied from the live
+        tensor since the snapshot) the rows as they were at the snapshot, and mark them
+        written (under the lock). A step that changed one of them during the copy had it
+        copied aside first: it is not written yet."""
+        r1 = r0 + len(buf)
         slots = self.slot[r0:r1]
         hit = (slots >= 0).nonzero().squeeze(1)
         if len(hit):
             buf[hit] = self.stores[i].gather(slots[hit].long())
         self.done[i] = r1
-        return buf
 
     def release(self) -> None:
         """Free the rows copied aside and reset the slot map for the next snapshot."""
@@ -429,10 +430,11 @@ class Snapshot:
         step = max(1, CHUNK_BYTES // max(1, live.shape[1] * live.element_size()))
         out = torch.empty(min(step, group.rows), live.shape[1], dtype=live.dtype)
         for r0 in range(0, group.rows, step):
-            r1 = min(group.rows, r0 + step)
+            buf = out[: min(group.rows, r0 + step) - r0]
+            buf.copy_(live[r0:r0 + len(buf)])  # without the lock: see _Protected.overlay
             with self._lock:
                 self._check_intact()
-                buf = group.chunk(i, r0, r1, out)
+                group.overlay(i, r0, buf)
             if name is not None:
                 self._check_finite(buf, name)
             f.write(_as_bytes(buf))
@@ -508,6 +510,10 @@ class Snapshots:
         for opt in self.optimizers:
             self._handles.append(opt.register_step_pre_hook(self._pre_step))
             self._handles.append(opt.register_step_post_hook(self._post_step))
+            for group in opt.param_groups:  # the slot maps now, not in a checkpoint's stall
+                for p in group["params"] if _row_local(opt, group) else ():
+                    if self._big(p):
+                        self._slot(p)
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         snap = self._active
@@ -544,21 +550,28 @@ class Snapshots:
         self._active = snap
         return snap
 
-    def _protectable(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> _Protected | None:
-        if id(p) in self.unprotected or not _whole(p):
-            return None
+    def _big(self, p: torch.Tensor) -> bool:
+        """Whether ``p`` is a table worth copying on write (else it is cloned)."""
         least = MIN_PROTECTED_BYTES if self.min_protected_bytes is None else \
             self.min_protected_bytes
-        if p.numel() * p.element_size() < least:
+        return id(p) not in self.unprotected and _whole(p) and \
+            p.numel() * p.element_size() >= least
+
+    def _slot(self, p: torch.Tensor) -> torch.Tensor:
+        """``p``'s slot map (row -> rows copied aside), made once and reused."""
+        slot = self._slots.get(id(p))
+        if slot is None or len(slot) != p.shape[0]:
+            slot = self._slots[id(p)] = torch.full((p.shape[0],), -1, dtype=torch.int32)
+        return slot
+
+    def _protectable(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> _Protected | None:
+        if not self._big(p):
             return None
         state = opt.state.get(p, {})
         tensors = [p.detach()] + [t.detach() for t in state.values()
                                   if isinstance(t, torch.Tensor) and t.shape == p.shape
                                   and _whole(t)]
-        slot = self._slots.get(id(p))
-        if slot is None or len(slot) != p.shape[0]:
-            slot = self._slots[id(p)] = torch.full((p.shape[0],), -1, dtype=torch.int32)
-        return _Protected(tensors, slot)
+        return _Protected(tensors, self._slot(p))
 
     def broken(self, snap: Snapshot) -> None:
         """``snap`` was broken by a write outside a step: clone its parameters from now on."""

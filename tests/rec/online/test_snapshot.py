@@ -66,12 +66,12 @@ def _write_while_training(snap, path, during) -> dict:
     """Write ``snap`` in a thread; once its first chunk of table rows is written, run
     ``during()`` (training steps) before the writer goes on. Returns the file's content."""
     started, go = threading.Event(), threading.Event()
-    chunk, as_bytes = snapshot_mod._Protected.chunk, snapshot_mod._as_bytes
+    overlay, as_bytes = snapshot_mod._Protected.overlay, snapshot_mod._as_bytes
     chunks = []
 
     def counted(self, *args):
         chunks.append(args)
-        return chunk(self, *args)
+        return overlay(self, *args)
 
     def paused(t):  # called outside the snapshot's lock, as each piece is written
         if chunks and not started.is_set():
@@ -88,7 +88,7 @@ def _write_while_training(snap, path, during) -> dict:
             errors.append(exc)
             started.set()
 
-    snapshot_mod._Protected.chunk, snapshot_mod._as_bytes = counted, paused
+    snapshot_mod._Protected.overlay, snapshot_mod._as_bytes = counted, paused
     try:
         writer = threading.Thread(target=run)
         writer.start()
@@ -97,7 +97,7 @@ def _write_while_training(snap, path, during) -> dict:
         go.set()
         writer.join(60)
     finally:
-        snapshot_mod._Protected.chunk, snapshot_mod._as_bytes = chunk, as_bytes
+        snapshot_mod._Protected.overlay, snapshot_mod._as_bytes = overlay, as_bytes
     if errors:
         raise errors[0]
     assert len(chunks) > 2  # the rows were written in several chunks, around the steps
