@@ -196,8 +196,8 @@ def resume_state(path: str, state: dict, steps_per_epoch: int | None) -> Resume:
     """
     hint = ("Resume from a checkpoint written by lit-amp's callbacks (they store epoch_num and "
             "the optimizer) or by Lightning at an epoch end; to evaluate it use mode=eval.")
-    state = checkpoint_views(state)
-    info = state["append_info"]
+    state = checkpoint_views(state)  # a bare state dict (weights only) has no views
+    info = state.get("append_info") or {}
     if "epoch_num" in info:
         epoch: int | None = int(info["epoch_num"])
         step = info.get("step_num")
@@ -209,7 +209,7 @@ def resume_state(path: str, state: dict, steps_per_epoch: int | None) -> Resume:
             )
     else:
         epoch = _lightning_epochs(path, state, hint)
-    optimizer, ls = state["optimizer"], state["loss_scale"]
+    optimizer, ls = state.get("optimizer"), state.get("loss_scale")
     if epoch is None or optimizer is None:
         what = "count of finished epochs" if epoch is None else "optimizer state"
         raise ConfigError(f"lit-amp: ckpt_path={path!r} is not a resumable checkpoint: it "
