@@ -86,7 +86,7 @@ try:  # the library K-FAC anchor (pip extra `bench`: asdfghjkl==0.1a5)
     from _asdl_kfac import CADENCES as ASDL_CADENCES  # noqa: E402
     from _asdl_kfac import AsdlKfac  # noqa: E402
 except ImportError:  # pragma: no cover - the anchor rows then refuse to run
-    AsdlKfac = None  # type: ignore[assignment,misc]
+    AsdlKfac = None
     ASDL_CADENCES = {}
 
 SPE = 40  # steps per epoch (4000 samples, batch 100)
@@ -310,7 +310,7 @@ def build(variant: str, net: nn.Module, epochs: int, opts: dict[str, Any]) -> tu
         sched = _poly(opts["lr"], epochs)
         opt = AsdlKfac(net, sched(0), opts["damping"], opts.get("weight_decay", 0.0),
                        "default" if base == "asdl" else "every10", data_size=BATCH)
-        opt._poly = sched  # type: ignore[attr-defined]
+        opt._poly = sched
         return opt, None
     if base == "kfac":
         sched = _poly(opts["lr"], epochs)
@@ -318,7 +318,7 @@ def build(variant: str, net: nn.Module, epochs: int, opts: dict[str, Any]) -> tu
             net.parameters(), lr=sched(0), momentum=0.9, weight_decay=opts["weight_decay"]
         )
         pre = RefKFAC(net, lr=lambda: opt.param_groups[0]["lr"])
-        opt._poly = sched  # type: ignore[attr-defined]
+        opt._poly = sched
         return opt, pre
     assert base == "thor", variant
     kw: dict[str, Any] = dict(THOR_MAIN)

@@ -62,7 +62,7 @@ def main() -> Model:
 
 if __name__ == "__main__":
     m = main()
-    o = m.thor_optimizer  # type: ignore[attr-defined]
+    o = m.thor_optimizer
     print(
         f"{type(m).__name__}: {o.steps} steps, {o.refreshes} second-order, "
         f"{o.inversions} factor inversions, frequency {o.get_frequency()}"

@@ -20,7 +20,7 @@ from typing import IO, Any
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no lock, the pattern alone decides
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None
 
 __all__ = ["TMP_PREFIX", "atomic_write", "remove_stale_temps", "temp_target"]
 

@@ -106,13 +106,13 @@ class _CachedCast(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, param: torch.Tensor, low: torch.Tensor, entry: Any) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, param: torch.Tensor, low: torch.Tensor, entry: Any) -> torch.Tensor:
         ctx.param_dtype = param.dtype
         ctx.entry = entry
         return low.view_as(low)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         entry = ctx.entry
         if entry is None or grad.device.type != "cpu" or grad.layout != torch.strided:
             return grad.to(ctx.param_dtype), None, None
@@ -161,7 +161,7 @@ class _LowLinear(torch.autograd.Function):
     (and DDP's hooks on it) run as usual."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, low: torch.Tensor,  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, low: torch.Tensor,
                 bias: torch.Tensor | None, entry: Any) -> torch.Tensor:
         ctx.entry = entry
         ctx.param_dtype = weight.dtype
@@ -171,7 +171,7 @@ class _LowLinear(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         x, low = ctx.saved_tensors
         gx = gw = gb = None
         g2 = grad.reshape(-1, grad.shape[-1])

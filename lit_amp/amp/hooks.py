@@ -128,9 +128,9 @@ class _AmpPreHook:
             mode = state.mode()
             if mode is not None and not _mode_active(mode):
                 mode.__enter__()
-                frame.mode = mode  # type: ignore[union-attr]
+                frame.mode = mode
         if self.entries:
-            _swap_in(self.entries, state, frame)  # type: ignore[arg-type]
+            _swap_in(self.entries, state, frame)
         if self.in_dtype is None:
             return None
         src = _HALF_AND_SINGLE if self.in_dtype in LOW_DTYPES else _LOW_SRC

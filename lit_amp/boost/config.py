@@ -81,7 +81,7 @@ class _FrozenDict(dict):
     def _readonly(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("BoostConfig values are read-only; build a new config instead.")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly
 
     def __reduce__(self) -> tuple:
         return (type(self), (dict(self),))

@@ -292,7 +292,7 @@ class DimReduceOptimizer(torch.optim.Optimizer):
         return -(self.bk @ gk)
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One DimReduce step; ``closure`` (if any) is called first, as torch optimizers do."""
         ret = None
         if closure is not None:

@@ -73,12 +73,12 @@ GROUP_RULE = DynamicScaleRule(factor=GROWTH_RATIO, window=1, min_scale=None,
 
 class _ScaleGrad(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: Tensor, ratio: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, ratio: Tensor) -> Tensor:
         ctx.save_for_backward(ratio)
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         (ratio,) = ctx.saved_tensors
         return grad * ratio.to(grad.dtype), None
 
@@ -235,7 +235,7 @@ class _GroupUpdateCell(nn.Module):
     def get_loss_scale(self) -> float:
         return 1.0
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {"group_loss_scales": self.manager.dynamic_loss_scale.detach().clone()}
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:

@@ -458,7 +458,7 @@ class LessBN(BoostAlgorithm):
             params = [p for p in gc if id(p) in own]
             if params:
                 self._handles.append(
-                    opt.register_step_pre_hook(_GCHook(params))  # type: ignore[arg-type]
+                    opt.register_step_pre_hook(_GCHook(params))
                 )
 
     def detach(self) -> None:

@@ -74,7 +74,7 @@ def gather(obj: Any) -> list[Any]:
 
 def rng_state(generators: list[torch.Generator]) -> dict:
     """The global random state (torch, CUDA, numpy, ``random``) and ``generators``' states."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()  # type: ignore[misc]
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
     version, internal, gauss_next = random.getstate()
     state = {"torch": torch.get_rng_state(), "loader": [g.get_state() for g in generators],
              # plain values and tensors only: loadable with torch.load(weights_only=True)
@@ -177,7 +177,7 @@ class SkipFirstBatches:
 
     def __iter__(self) -> Iterator:
         try:
-            total: int | None = len(self.dataset)  # type: ignore[arg-type]
+            total: int | None = len(self.dataset)
         except TypeError:
             total = None
         # stop after the last batch without asking for one more, as Lightning does with a
@@ -185,7 +185,7 @@ class SkipFirstBatches:
         yield from self.resume.skipped(iter(self.dataset), 1, total)
 
     def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
+        return len(self.dataset)
 
 
 _END = object()

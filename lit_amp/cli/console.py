@@ -131,7 +131,7 @@ def console_to_log() -> Iterator[None]:
     console.propagate = False
     console.setLevel(logging.INFO)
     out = sys.stdout
-    sys.stdout = _Tee(out, console)  # type: ignore[assignment]
+    sys.stdout = _Tee(out, console)
     try:
         yield
     finally:

@@ -262,11 +262,11 @@ def guard_composition() -> Iterator[None]:
         check_request(cfg)  # hydra/launcher=slurm: trainer.devices=auto as one ConfigError
         return cfg
 
-    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
+    ConfigLoaderImpl.load_configuration = load_configuration
     try:
         yield
     finally:
-        ConfigLoaderImpl.load_configuration = original  # type: ignore[method-assign]
+        ConfigLoaderImpl.load_configuration = original
 
 
 _TARGET_IN_VALUE = re.compile(r"_target_['\"]?\s*[:=]\s*['\"]?([^'\",}\s\]]+)")

@@ -358,10 +358,10 @@ def summarize(sweep_dir: str | Path, *, plot: bool = True) -> str | None:
 try:  # Hydra's callback base (hydra-core >= 1.1)
     from hydra.experimental.callback import Callback as _HydraCallback
 except ImportError:  # pragma: no cover
-    _HydraCallback = object  # type: ignore[assignment,misc]
+    _HydraCallback = object
 
 
-class SweepSummary(_HydraCallback):  # type: ignore[misc,valid-type]
+class SweepSummary(_HydraCallback):
     """Hydra callback: summarize a ``-m`` sweep when it ends (see :func:`summarize`).
 
     Args:

@@ -133,7 +133,7 @@ class ReIterable:
         return iter(self.dataset)
 
     def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
+        return len(self.dataset)
 
 
 class PerRank(ReIterable):
@@ -198,7 +198,7 @@ class _EveryNthBatch:
                 yield batch
 
     def __len__(self) -> int:
-        return len(range(self.rank, len(self.batch_sampler), self.world))  # type: ignore[arg-type]
+        return len(range(self.rank, len(self.batch_sampler), self.world))
 
 
 _LOADER_ARGS = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
@@ -479,7 +479,7 @@ def padding_trim(loaders: Any) -> PaddingTrim | None:
     total = getattr(sampler, "total_size", None)
     if not isinstance(sampler, DistributedSampler) or total is None:
         return None
-    n = len(sampler.dataset)  # type: ignore[arg-type]
+    n = len(sampler.dataset)
     if total < n:
         raise ValueError(
             f"The evaluation DataLoader's {type(sampler).__name__} has drop_last=True: it "

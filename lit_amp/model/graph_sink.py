@@ -501,7 +501,7 @@ class SinkGraph:
                 or (snap is not None and snap != self._fingerprint)):
             self._setting, self._fingerprint = setting, snap
             self._replan()
-        if not self._plan.capture:  # type: ignore[union-attr]
+        if not self._plan.capture:
             out: dict[str, Any] = {}
             n = 0
             for b in steps:
@@ -520,7 +520,7 @@ class SinkGraph:
         out: dict[str, Any] = {}
         replayed_last = False
         for b in steps:
-            if not self._plan.capture:  # type: ignore[union-attr]
+            if not self._plan.capture:
                 out, replayed_last = lit.train_one_step(b), False
                 counts["eager_steps"] += 1
                 continue

@@ -782,4 +782,4 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
 
 # Lightning inspects ``training_step``'s signature on every batch (is ``batch_idx`` taken?);
 # a precomputed ``__signature__`` makes that lookup cheap.
-LitModel.training_step.__signature__ = inspect.signature(LitModel.training_step)  # type: ignore[attr-defined]
+LitModel.training_step.__signature__ = inspect.signature(LitModel.training_step)

@@ -193,7 +193,7 @@ class CheckpointStateMixin:
                 "it was trained with> (and loss_fn=, optimizer=, metrics= as at training), or "
                 "load the weights alone with lit_amp.load_checkpoint(path, net=network)."
             )
-        parent = super().load_from_checkpoint  # type: ignore[misc]
+        parent = super().load_from_checkpoint
         return parent(checkpoint_path, map_location=map_location, hparams_file=hparams_file,
                       strict=strict, weights_only=weights_only, **kwargs)
 

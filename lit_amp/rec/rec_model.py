@@ -195,7 +195,7 @@ class RecModel(Model):
             batch_num: int = 1
         else:
             try:
-                batch_num = len(train_dataset)  # type: ignore[arg-type]
+                batch_num = len(train_dataset)
             except TypeError:
                 batch_num = sys.maxsize
 

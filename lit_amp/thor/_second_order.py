@@ -261,7 +261,7 @@ def _invert(todo: list[tuple[LayerFactors, int, float]], split_dim: int | None) 
         mats.append(lf.A if f == 0 else lf.G)
         damps.append(lf.sqrt_damping[f])
         where.append((lf, f))
-    invs = invert_factors(mats, damps, split_dim)  # type: ignore[arg-type]
+    invs = invert_factors(mats, damps, split_dim)
     for (lf, f), inv in zip(where, invs):
         if f == 0:
             lf.A_inv = inv
@@ -296,7 +296,7 @@ def _factor_shape(lf: LayerFactors, f: int, t: Tensor | None) -> torch.Size:
     if t is None and ref is None:
         dim = lf.a_dim if f == 0 else lf.g_dim
         return torch.Size([dim]) if (lf.kind == "embedding" and f == 0) else torch.Size([dim, dim])
-    return (t if t is not None else ref).shape  # type: ignore[union-attr]
+    return (t if t is not None else ref).shape
 
 
 def allreduce_factors(

@@ -139,7 +139,7 @@ class LayerFactors:
         self.module = module
         self.name = name
         self.index = index
-        self.weight: Tensor = module.weight  # type: ignore[assignment]
+        self.weight: Tensor = module.weight
         if isinstance(module, nn.Linear):
             self.kind = "linear"
             self.a_dim, self.g_dim = module.in_features, module.out_features
@@ -504,11 +504,11 @@ def invert_factors(
     out: list[Tensor] = []
     for (_, d), invs in zip(per_mat, inv_blocks):
         if len(invs) == 1:
-            out.append(invs[0])  # type: ignore[arg-type]
+            out.append(invs[0])
         elif d <= DENSE_APPLY_MAX:
-            out.append(torch.block_diag(*invs)[:d, :d].contiguous())  # type: ignore[misc]
+            out.append(torch.block_diag(*invs)[:d, :d].contiguous())
         else:
-            out.append(torch.stack(invs).contiguous())  # type: ignore[arg-type]
+            out.append(torch.stack(invs).contiguous())
     return out
 
 

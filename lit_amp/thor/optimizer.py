@@ -148,7 +148,7 @@ def _light_step(func: Callable[..., Any]) -> Callable[..., Any]:
             return hooked(self, *args, **kwargs)
         return func(self, *args, **kwargs)
 
-    step.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it again
+    step.hooked = True  # torch must not wrap it again
     return step
 
 
@@ -367,7 +367,7 @@ class THOR(Optimizer):
 
     @_light_step
     @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One THOR step (second-order every ``frequency`` steps, first-order otherwise).
 
         Args:
@@ -649,4 +649,4 @@ def thor(net: nn.Module, *args: Any, **kwargs: Any) -> THOR:
 _SIGNATURE = inspect.signature(THOR)
 # one signature: ``thor`` shows THOR's parameters to ``help()`` and to the CLI, which reads the
 # first parameter's name (``net``) to pass the network rather than its parameters
-thor.__signature__ = _SIGNATURE.replace(return_annotation=THOR)  # type: ignore[attr-defined]
+thor.__signature__ = _SIGNATURE.replace(return_annotation=THOR)

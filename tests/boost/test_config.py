@@ -106,9 +106,9 @@ def test_no_singleton_no_global_mutation():
     assert b.enabled == ("less_bn", "grad_freeze", "adasum")
     assert dict(LEVEL_TABLE["O1"])["grad_freeze"] is True  # manual mode did not edit the table
     with pytest.raises(TypeError):
-        LEVEL_TABLE["O1"]["adasum"] = True  # type: ignore[index]
+        LEVEL_TABLE["O1"]["adasum"] = True
     with pytest.raises(TypeError, match="read-only"):
-        a.config.flags["adasum"] = True  # type: ignore[index]
+        a.config.flags["adasum"] = True
 
 
 def test_algorithms_and_order():

@@ -52,7 +52,7 @@ def test_run_context_stop_flag_and_args() -> None:
 
 def test_run_context_needs_a_dict() -> None:
     with pytest.raises(TypeError):
-        RunContext([1, 2])  # type: ignore[arg-type]
+        RunContext([1, 2])
 
 
 def test_legacy_hooks_back_the_new_ones() -> None:

@@ -45,4 +45,4 @@ def test_lambda_callback_receives_run_context_and_can_stop() -> None:
 
 def test_lambda_callback_bad_argument() -> None:
     with pytest.raises(TypeError, match="on_train_end"):
-        LambdaCallback(on_train_end=1)  # type: ignore[arg-type]
+        LambdaCallback(on_train_end=1)

@@ -49,7 +49,7 @@ def test_lr_scheduler_affects_the_sgd_step() -> None:
 
 def test_lr_scheduler_bad_arguments() -> None:
     with pytest.raises(TypeError, match="learning_rate_function"):
-        LearningRateScheduler(0.1)  # type: ignore[arg-type]
+        LearningRateScheduler(0.1)
     cb = LearningRateScheduler(lambda lr, step: "0.1")
     with pytest.raises(TypeError, match="learning_rate_function"):
         simulate_train([cb], epochs=1, batches=1)

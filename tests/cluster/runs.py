@@ -57,7 +57,7 @@ class Campaign:
     def _each(self) -> list[Part]:
         out: list[Part] = []
         for part in self.parts.values():
-            out += list(part.values()) if isinstance(part, dict) else [part]  # type: ignore
+            out += list(part.values()) if isinstance(part, dict) else [part]
         return out
 
     def stop(self) -> None:

@@ -87,4 +87,4 @@ def main(work: Path, stop_at: tuple[int, int] | None) -> None:
 
 if __name__ == "__main__":
     _stop = tuple(int(v) for v in sys.argv[2].split(":")) if len(sys.argv) > 2 else None
-    main(Path(sys.argv[1]), _stop)  # type: ignore[arg-type]
+    main(Path(sys.argv[1]), _stop)

@@ -147,4 +147,4 @@ def test_sigterm_mid_epoch_then_resume_trains_every_batch_once(tmp_path: Path,
 if __name__ == "__main__":
     _work, _kind = Path(sys.argv[1]), sys.argv[2]
     _stop = tuple(int(v) for v in sys.argv[3].split(":")) if len(sys.argv) > 3 else None
-    _train(_work, _kind, _stop)  # type: ignore[arg-type]
+    _train(_work, _kind, _stop)

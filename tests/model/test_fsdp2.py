@@ -159,7 +159,7 @@ def test_thor_and_boost_are_refused_under_fsdp2_naming_ddp(what):
                        metrics={"acc"}, boost_level="O1")
         arg = "'boost_level'"
     with pytest.raises(ValueError, match=arg) as err:
-        prepare_sharded(lit, None, fitting=True)  # type: ignore[arg-type]
+        prepare_sharded(lit, None, fitting=True)
     assert "'ddp'" in str(err.value)
 
 

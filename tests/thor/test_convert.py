@@ -44,7 +44,7 @@ def _record_steps(opt: THOR) -> list[bool]:
         seen.append(opt.is_second_order_step)
         return step(*a, **k)
 
-    opt.step = wrapped  # type: ignore[method-assign]
+    opt.step = wrapped
     return seen
 
 
@@ -110,7 +110,7 @@ def test_dynamic_loss_scale_is_wired_to_g():
 def test_seed_example_runs_as_written():
     spec = importlib.util.spec_from_file_location("thor_seed", ROOT / "examples" / "thor_seed.py")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    spec.loader.exec_module(mod)
     # the seed's create_dataset() is the user's; MNIST-1D-shaped data without generating it
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(

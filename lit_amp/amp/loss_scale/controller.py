@@ -320,7 +320,7 @@ class LossScaleController:
         if not self.enabled:
             return False
         if isinstance(optimizers, Optimizer) or hasattr(optimizers, "param_groups"):
-            optimizers = [optimizers]  # type: ignore[list-item]
+            optimizers = [optimizers]
         flags: list[Tensor] = []
         for optimizer in optimizers:
             opt = unwrap_optimizer(optimizer)
@@ -484,7 +484,7 @@ class LossScaleController:
             128.0
         """
         if isinstance(optimizers, Optimizer) or hasattr(optimizers, "param_groups"):
-            optimizers = [optimizers]  # type: ignore[list-item]
+            optimizers = [optimizers]
         for optimizer in optimizers:
             self.unscale_(optimizer)
         if before_step is not None:

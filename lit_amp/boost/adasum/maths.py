@@ -140,7 +140,7 @@ def adasum_reduce(deltas: Sequence[Sequence[Tensor]] | Sequence[Tensor], eps: fl
     if not deltas:
         raise ValueError("adasum_reduce: 'deltas' must hold at least one rank's deltas.")
     single = isinstance(deltas[0], Tensor)
-    per_rank = [[d] if single else list(d) for d in deltas]  # type: ignore[list-item]
+    per_rank = [[d] if single else list(d) for d in deltas]
     shapes = [t.shape for t in per_rank[0]]
     rows = [torch.cat([t.reshape(-1) for t in r]) for r in per_rank]
     layout = SegmentLayout(shapes, rows[0].device)

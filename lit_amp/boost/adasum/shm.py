@@ -214,4 +214,4 @@ class ShmAllGather:
 
     def close(self) -> None:
         """Drop the mapping (the file itself is already unlinked)."""
-        self.data = self.flags = self._buf = None  # type: ignore[assignment]
+        self.data = self.flags = self._buf = None

@@ -365,7 +365,7 @@ class _AmpPrecisionMixin:
                     not isinstance(sched, _SkipAwareScheduler)
                 ):
                     config.scheduler = _SkipAwareScheduler(sched, self)
-        return super().connect(model, optimizers, lr_schedulers)  # type: ignore[misc]
+        return super().connect(model, optimizers, lr_schedulers)
 
     def _consume_skipped_step(self) -> bool:
         skipped = self._skipped_unconsumed
@@ -402,25 +402,25 @@ class _AmpPrecisionMixin:
             self._pending_key = None
             self.controller.update(overflow)
 
-    def pre_backward(self, tensor: Tensor, module: Any) -> Tensor:  # type: ignore[override]
+    def pre_backward(self, tensor: Tensor, module: Any) -> Tensor:
         if torch.is_tensor(tensor) and tensor.dtype in _LOW:
             tensor = tensor.float()
         if self._enabled():
             if not getattr(module, "automatic_optimization", True):
                 self._flush(self._step_key(module))
             tensor = self.controller.scale_loss(tensor)
-        return super().pre_backward(tensor, module)  # type: ignore[misc]
+        return super().pre_backward(tensor, module)
 
     def clip_gradients(self, optimizer: Optimizer, clip_val: float = 0.0,
                        gradient_clip_algorithm: Any = None) -> None:
         if self._enabled() and clip_val and clip_val > 0:
             self.controller.unscale_(optimizer)  # no-op when already unscaled this step
         if gradient_clip_algorithm is None:
-            super().clip_gradients(optimizer, clip_val)  # type: ignore[misc]
+            super().clip_gradients(optimizer, clip_val)
         else:
-            super().clip_gradients(optimizer, clip_val, gradient_clip_algorithm)  # type: ignore[misc]
+            super().clip_gradients(optimizer, clip_val, gradient_clip_algorithm)
 
-    def optimizer_step(  # type: ignore[override]
+    def optimizer_step(
         self,
         optimizer: Any,
         model: Any,
@@ -428,7 +428,7 @@ class _AmpPrecisionMixin:
         **kwargs: Any,
     ) -> Any:
         if not self._enabled():
-            return super().optimizer_step(optimizer, model=model, closure=closure, **kwargs)  # type: ignore[misc]
+            return super().optimizer_step(optimizer, model=model, closure=closure, **kwargs)
         if isinstance(optimizer, torch.optim.LBFGS):
             raise RuntimeError(
                 f"{type(self).__name__}: loss scaling does not support the LBFGS optimizer "
@@ -441,7 +441,7 @@ class _AmpPrecisionMixin:
             self._flush(key)
         closure_result = closure()
         if closure_result is None and automatic:  # the backward was skipped: nothing to apply
-            self._after_closure(model, optimizer)  # type: ignore[attr-defined]
+            self._after_closure(model, optimizer)
             return closure_result
         # unscale before on_before_optimizer_step and clipping (Lightning's order); in manual
         # optimization the scale is updated once per training step, after all its optimizers
@@ -449,7 +449,7 @@ class _AmpPrecisionMixin:
         done = ctl.apply(
             optimizer,
             lambda: optimizer.step(**kwargs),
-            before_step=lambda: self._after_closure(model, optimizer),  # type: ignore[attr-defined]
+            before_step=lambda: self._after_closure(model, optimizer),
             update=automatic,
         )
         if done.overflow and self.diagnostics is not None:
@@ -503,7 +503,7 @@ class _AmpPrecisionMixin:
     def teardown(self) -> None:
         if self._enabled():
             self._flush()
-        super().teardown()  # type: ignore[misc]
+        super().teardown()
 
 
 def _check_resolved(name: str, amp: Any, level: str, dtype: Any, conv: dict) -> None:

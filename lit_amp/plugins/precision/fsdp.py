@@ -49,14 +49,14 @@ class AmpFSDPPrecision(_AmpPrecisionMixin, FSDPPrecision):
         self.scaler = None  # loss scaling is lit_amp's controller, not a ShardedGradScaler
 
     @property
-    def mixed_precision_config(self) -> None:  # type: ignore[override]
+    def mixed_precision_config(self) -> None:
         """None: FSDP keeps float32 parameters; lit_amp's hooks cast at use."""
         return None
 
     def convert_output(self, data: Any) -> Any:
         return data
 
-    def forward_context(self) -> contextlib.AbstractContextManager:  # type: ignore[override]
+    def forward_context(self) -> contextlib.AbstractContextManager:
         return _AmpPrecisionMixin.forward_context(self)
 
     def __repr__(self) -> str:

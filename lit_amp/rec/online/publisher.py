@@ -72,7 +72,7 @@ class Publisher:
     def time_due(self, now: float) -> bool:
         """Whether ``publish_every_n_seconds`` have passed since the last publish."""
         secs = self.opts.publish_every_n_seconds
-        return secs is not None and now - self.last_time >= secs  # type: ignore[operator]
+        return secs is not None and now - self.last_time >= secs
 
     def step_due(self, step: int) -> bool:
         """Whether ``step`` is on the ``publish_every_n_steps`` cadence."""

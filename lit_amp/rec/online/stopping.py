@@ -48,7 +48,7 @@ class StopConditions:
         """Start the clock of ``max_time`` (at ``t0``, a ``time.monotonic()``); install handlers."""
         t0 = time.monotonic() if t0 is None else t0
         if self.opts.max_time is not None:
-            self.deadline = t0 + float(self.opts.max_time)  # type: ignore[arg-type]
+            self.deadline = t0 + float(self.opts.max_time)
         self._install_signals()
 
     def finish(self) -> None:

@@ -40,7 +40,7 @@ class CPUFSDPStrategy(FSDPStrategy):
 
         original = fsdp.FullyShardedDataParallel
 
-        class OnCPU(original):  # type: ignore[misc, valid-type]
+        class OnCPU(original):
             def __init__(self, module: nn.Module, *args, device_id=None, **kwargs) -> None:
                 super().__init__(module, *args, device_id=torch.device("cpu"), **kwargs)
 

@@ -68,4 +68,4 @@ def test_values_are_normalised(tmp_path):
 
 def test_groups_are_frozen():
     with pytest.raises(AttributeError):
-        StopOptions().max_steps = 3  # type: ignore[misc]
+        StopOptions().max_steps = 3
