@@ -1,146 +1,100 @@
-"""Checkpoint loading (lit_amp.serialization): Lightning checkpoints of a LitModel load.
+"""Atomic writes (``lit_amp._io``): temp files of a killed write are removed when training
+starts again.
 
-A Lightning checkpoint names the weights by the LightningModule's attribute path
-(``network.0.weight``); the Python API must strip that prefix, and a load that finds none of
-the network's parameters must fail loudly rather than leave the random initialisation.
+A process killed while ``ModelCheckpoint`` or ``BackupAndRestore`` writes leaves the temp file
+of the atomic write behind (full-size: one per preemption). The next run removes those of its
+own files only, in its own directory — never another program's files, another prefix's, or
+a temp file whose write is still in progress.
 """
 
 from __future__ import annotations
 
-import lightning as L
-import pytest
-import torch
-from torch import nn
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from lit_amp import LitModel
-from lit_amp.serialization import load_checkpoint, load_param_into_net, save_checkpoint
-from tests.helpers.data import make_batches, make_net
+from lit_amp.callbacks.backup_and_restore import BackupAndRestore
+from lit_amp.callbacks.checkpoint import CheckpointConfig, ModelCheckpoint
+from tests.callbacks._helpers import simulate_train
 
+ROOT = Path(__file__).resolve().parents[1]
 
-def loader(n_batches: int = 4, batch: int = 16) -> torch.utils.data.DataLoader:
-    """``make_batches``' data as a DataLoader (Lightning reads a list as several loaders)."""
-    xs, ys = zip(*make_batches(n_batches, batch))
-    ds = torch.utils.data.TensorDataset(torch.cat(xs), torch.cat(ys))
-    return torch.utils.data.DataLoader(ds, batch_size=batch)
-
-
-def _lightning_ckpt(tmp_path) -> tuple[str, nn.Module]:
-    torch.manual_seed(0)
-    net = make_net()
-    lit = LitModel(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.5))
-    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=tmp_path)
-    trainer.fit(lit, loader())
-    path = str(tmp_path / "lightning.ckpt")
-    trainer.save_checkpoint(path)
-    return path, net
+# a writer killed in the middle of both writes (kill -9: no cleanup of any kind)
+_KILLED_WRITER = """
+import sys, threading, time
+from lit_amp._io import atomic_write
+def stuck(f):
+    f.write(b"half a checkpoint")
+    f.flush()
+    time.sleep(600)
+ckpt, backup = sys.argv[1], sys.argv[2]
+threading.Thread(target=atomic_write, args=(backup, stuck), daemon=True).start()
+atomic_write(ckpt, stuck)
+"""
 
 
-def _same(a: nn.Module, b: nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+def _killed_mid_write(ckpt: Path, backup: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(ckpt), str(backup)],
+                            env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            temps = [p for d in {ckpt.parent, backup.parent} for p in d.iterdir()
+                     if p.name.startswith(".tmp")]
+            if len(temps) == 2:
+                break
+            assert proc.poll() is None, "the writer died before writing"
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the writer wrote no temp files")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
 
 
-@pytest.mark.parametrize("strict", [False, True])
-def test_load_checkpoint_of_a_lightning_litmodel_loads_the_weights(tmp_path, strict):
-    path, trained = _lightning_ckpt(tmp_path)
-    fresh = make_net()
-    assert not _same(fresh, trained)
-    load_checkpoint(path, net=fresh, strict_load=strict)
-    assert _same(fresh, trained)
-    x = make_batches(1)[0][0]
-    assert torch.equal(fresh(x), trained(x))
+def _foreign(directory: Path) -> list[Path]:
+    """Files that are not the callback's: another program's and another lit_amp prefix's."""
+    names = ["data.tmp", ".tmp-other-program", "net-1_4.ckpt.tmp",
+             ".tmp-lit_amp-other-1_4.ckpt.abc123", ".tmp-lit_amp-backup.ckpt.abc123"]
+    paths = [directory / n for n in names]
+    for p in paths:
+        p.write_bytes(b"not mine")
+    return paths
 
 
-def test_load_param_into_net_strips_the_lightning_prefix(tmp_path):
-    path, trained = _lightning_ckpt(tmp_path)
-    fresh = make_net()
-    missing = load_param_into_net(fresh, load_checkpoint(path))
-    assert missing == []
-    assert _same(fresh, trained)
+def test_a_killed_write_leaves_temps_that_the_next_run_removes(tmp_path):
+    ckpt_dir, backup_dir = tmp_path / "ckpt", tmp_path / "backup"
+    ckpt_dir.mkdir()
+    backup_dir.mkdir()
+    _killed_mid_write(ckpt_dir / "net-2_3.ckpt", backup_dir / "backup.ckpt")
+    stale = sorted(p.name for d in (ckpt_dir, backup_dir) for p in d.iterdir())
+    assert len(stale) == 2 and all(n.startswith(".tmp-lit_amp-") for n in stale), stale
+    foreign_ckpt = _foreign(ckpt_dir)
+    (backup_dir / "data.tmp").write_bytes(b"not mine")
+
+    # the rerun: its prefix becomes net_1 (net's files exist) and the old temps still go
+    (ckpt_dir / "net-1_3.ckpt").write_bytes(b"")
+    mc = ModelCheckpoint(prefix="net", directory=str(ckpt_dir),
+                         config=CheckpointConfig(save_checkpoint_steps=100))
+    bar = BackupAndRestore(str(backup_dir), delete_checkpoint=False)
+    simulate_train([mc, bar], epochs=1, batches=2)
+
+    left = sorted(p.name for p in ckpt_dir.iterdir())
+    assert left == sorted([*(p.name for p in foreign_ckpt), "net-1_3.ckpt", "net_1-1_2.ckpt"])
+    assert sorted(p.name for p in backup_dir.iterdir()) == ["backup.ckpt", "data.tmp"]
 
 
-def test_a_checkpoint_of_another_network_is_a_value_error_naming_file_and_keys(tmp_path):
-    path, _ = _lightning_ckpt(tmp_path)
-    other = nn.ModuleDict({"conv": nn.Conv1d(1, 2, 3)})
-    with pytest.raises(ValueError) as info:
-        load_checkpoint(path, net=other, strict_load=False)
-    msg = str(info.value)
-    assert "lightning.ckpt" in msg and "conv.weight" in msg and "ModuleDict" in msg
-    with pytest.raises(ValueError, match="parameter_dict"):
-        load_param_into_net(nn.Linear(3, 3), {"a.b": torch.ones(1)})
-
-
-def test_prefixes_with_different_values_are_refused():
-    sd = {"a.weight": torch.ones(1, 2), "a.bias": torch.ones(1),
-          "b.weight": torch.zeros(1, 2), "b.bias": torch.zeros(1)}
-    with pytest.raises(ValueError, match="several prefixes"):
-        load_param_into_net(nn.Linear(2, 1), sd)
-
-
-def test_lit_amp_checkpoints_and_plain_state_dicts_still_load(tmp_path):
-    src, dst = make_net(), make_net()
-    path = save_checkpoint(src, str(tmp_path / "own"))
-    load_checkpoint(path, net=dst, strict_load=True)
-    assert _same(src, dst)
-    dst2 = make_net()
-    assert load_param_into_net(dst2, src.state_dict(), strict_load=True) == []
-    assert _same(src, dst2)
-
-
-def test_save_checkpoint_writes_lightnings_dict_with_lit_amp_keys(tmp_path):
-    """One format: a plain module's file is a Lightning-shaped dict (state_dict + lit_amp keys)."""
-    net = make_net()
-    path = save_checkpoint(net, str(tmp_path / "plain"), {"epoch_num": 2})
-    raw = torch.load(path, weights_only=True)
-    assert set(raw) == {"state_dict", "append_info", "lit_amp_format", "lit_amp_network_prefix"}
-    assert raw["lit_amp_format"] == "lit_amp/2" and raw["append_info"] == {"epoch_num": 2}
-    assert raw["state_dict"].keys() == net.state_dict().keys()  # the module's own names
-
-
-def test_a_lit_model_file_outside_a_trainer_resumes_with_lightning(tmp_path):
-    """``save_checkpoint(lit_model)`` with no Trainer attached: Lightning's fit resumes it."""
-    torch.manual_seed(0)
-    net = make_net()
-    lit = LitModel(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.5,
-                                                               momentum=0.9))
-    loss = nn.functional.cross_entropy(net(make_batches(1)[0][0]), make_batches(1)[0][1])
-    loss.backward()
-    lit.optimizer.step()  # momentum buffers exist
-    path = save_checkpoint(lit, str(tmp_path / "lit"))
-    fresh_net = make_net()
-    fresh = LitModel(fresh_net, nn.CrossEntropyLoss(),
-                     torch.optim.SGD(fresh_net.parameters(), 0.5, momentum=0.9))
-    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        limit_train_batches=0)
-    trainer.fit(fresh, loader(), ckpt_path=path)
-    assert _same(net, fresh_net)
-    bufs = [s["momentum_buffer"] for s in fresh.optimizer.state_dict()["state"].values()]
-    ref = [s["momentum_buffer"] for s in lit.optimizer.state_dict()["state"].values()]
-    assert len(bufs) == 4 and all(torch.equal(a, b) for a, b in zip(bufs, ref))
-
-
-def test_a_partial_non_strict_load_warns_naming_the_missing_keys(tmp_path, caplog):
-    """MindSpore's strict_load=False loads what matches, and says what did not."""
-    net = nn.Linear(2, 1)
-    path = save_checkpoint({"weight": torch.ones(1, 2)}, str(tmp_path / "w"))
-    with caplog.at_level("WARNING", logger="lit_amp.serialization"):
-        load_checkpoint(path, net=net)
-    assert "bias" in caplog.text and "strict_load=True" in caplog.text
-    with pytest.raises(RuntimeError, match="(?s)w.ckpt.*Missing key"):
-        load_checkpoint(path, net=nn.Linear(2, 1), strict_load=True)
-
-
-def test_checkpoint_state_of_another_shape_is_refused_before_writing(tmp_path):
-    """An object's ``checkpoint_state()`` must return Lightning's dict; another shape would
-    write a file no reader understands, so ``save_checkpoint`` refuses it and writes nothing."""
-
-    class OldShape:
-        def checkpoint_state(self):
-            return {"network": {"w": torch.ones(1)}}
-
-    with pytest.raises(TypeError, match=r"checkpoint_state\(\) must return .*'state_dict'"):
-        save_checkpoint(OldShape(), str(tmp_path / "x"))
-    assert list(tmp_path.iterdir()) == []
+def test_a_write_in_progress_keeps_its_temp(tmp_path):
+    busy = tmp_path / ".tmp-lit_amp-CKP-1_1.ckpt.busy01"
+    busy.write_bytes(b"being written")
+    with open(busy, "rb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # another process's atomic_write holds it
+        simulate_train([ModelCheckpoint(directory=str(tmp_path))], epochs=1, batches=1)
+        assert busy.exists()
+    simulate_train([ModelCheckpoint(directory=str(tmp_path))], epochs=1, batches=1)
+    assert not busy.exists()  # its writer is gone: removed at the next start

@@ -1,4 +1,4 @@
-"""Worker script for tests/model/test_ddp_data_coverage.py: which samples each rank trains on
+"""Worker script for tests/model/test_data.py: which samples each rank trains on
 and which samples an evaluation counts, under Lightning's DDP on 2 CPU processes (issue #28,
 items 16, 17, 19 and 20).
 

@@ -1,4 +1,4 @@
-"""Worker script for tests/model/test_fsdp2.py: ``Model``/``LitModel`` under FSDP2 on 2 CPUs.
+"""Worker script for tests/model/test_sharding.py: ``Model``/``LitModel`` under FSDP2 on 2 CPUs.
 
 A script, because Lightning's launcher re-runs it (same argv) for rank 1. Each rank writes
 ``OUT/<mode><rank>.json``; checkpoints go to ``OUT/ck`` (rank 0 writes them).

@@ -154,7 +154,7 @@ def main(out: str, level: str) -> None:
     trainer.fit(LM(out), data)
     import torch.distributed as dist
 
-    if dist.is_initialized():  # both ranks tear gloo down together (see tests/cli/_layout_worker)
+    if dist.is_initialized():  # both ranks tear gloo down together (see tests/model/_layout_worker)
         dist.barrier()
         dist.destroy_process_group()
 

@@ -1,5 +1,5 @@
-"""Multi-process data coverage (issue #28, items 16, 17, 19, 20): which samples each rank
-trains on and which samples an evaluation counts, under DDP on 2 CPU processes (gloo).
+"""Datasets as ``Model`` sees them under DDP (``lit_amp.model.data``): which samples each rank
+trains on and which samples an evaluation counts, on 2 CPU processes (gloo).
 
 One run of ``_ddp_coverage_worker.py`` (Lightning's launcher re-runs it for rank 1) covers all
 items; every sample's id is its first feature, so the ids the network trained on and the ids

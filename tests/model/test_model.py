@@ -1,4 +1,5 @@
-"""Callback order and counters (docs/semantics.md §1.4): sink, non-sink, stop requests, resume."""
+"""``Model``'s train / fit / eval / predict: callback order and counters (docs/semantics.md §1.4)
+in sink and non-sink mode, stop requests, resume, evaluation and prediction."""
 
 from __future__ import annotations
 

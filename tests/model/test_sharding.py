@@ -1,4 +1,5 @@
-"""``Model``/``LitModel`` under FSDP2 (``strategy="fsdp2"`` / ``ModelParallelStrategy``), issue #17.
+"""``Model``/``LitModel`` under FSDP2 (``lit_amp.model.sharding``: ``strategy="fsdp2"`` /
+``ModelParallelStrategy``).
 
 One 2-process run (CPU, gloo) of ``_fsdp2_worker.py`` (Lightning's launcher re-runs it for
 rank 1) covers every item; the tests check what each rank wrote, and load the checkpoints it

@@ -1,4 +1,5 @@
-"""One checkpoint format: every lit_amp checkpoint is a Lightning checkpoint.
+"""LitModel's checkpoint state (``lit_amp.model.lit_state``): every lit_amp checkpoint is a
+Lightning checkpoint.
 
 (a) a lit_amp ``ModelCheckpoint`` file of ``Model.train`` resumes with Lightning's own
 ``Trainer.fit(ckpt_path=...)``; (b) a Lightning ``ModelCheckpoint`` file of a ``LitModel``
@@ -241,9 +242,9 @@ def test_ddp_model_checkpoint_writes_one_lightning_file_on_rank_0(tmp_path: Path
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "tests.test_checkpoint_format", "ddp",
+    proc = subprocess.run([sys.executable, "-m", "tests.model.test_lit_state", "ddp",
                            str(tmp_path)], cwd=root, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -1,4 +1,5 @@
-"""LitModel and the strategies that start their own worker processes (issue #28, item 7).
+"""The Lightning glue's strategy check (``lit_amp.model._lightning``): LitModel and the
+strategies that start their own worker processes.
 
 ``ddp_spawn`` / ``ddp_fork`` workers send back only the weights: LitModel refuses them at fit
 start, as Model does, naming ``'ddp'``; examples/lightning_trainer.py's documented multi-process
@@ -40,7 +41,7 @@ def _trainer(strategy: str) -> L.Trainer:
 FORK_FIT = """
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-from tests.model.test_lit_model_spawn import _lit, _trainer
+from tests.model.test_lightning import _lit, _trainer
 
 lit, net = _lit()
 before = [p.detach().clone() for p in net.parameters()]

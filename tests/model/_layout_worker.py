@@ -1,4 +1,4 @@
-"""Worker script for tests/cli/test_layout.py (run as a subprocess; writes JSON per rank).
+"""Worker script for tests/model/test_layout.py (run as a subprocess; writes JSON per rank).
 
 A script, because Lightning's launcher re-runs it for rank 1 (the FSDP2 layout test runs in
 ``tests.helpers.dist.run_distributed`` instead).
