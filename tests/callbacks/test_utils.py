@@ -1,4 +1,5 @@
-"""EarlyStopping / ReduceLROnPlateau average the monitored value over processes (gloo, 2 CPUs)."""
+"""The built-in callbacks' monitors (``lit_amp.callbacks._utils``): EarlyStopping and
+ReduceLROnPlateau average the monitored value over processes (gloo, 2 CPUs)."""
 
 from __future__ import annotations
 
