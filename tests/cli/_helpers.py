@@ -1,13 +1,16 @@
-"""Shared pieces of the CLI tests: composing ``conf/`` and a weight-digest callback."""
+"""Shared pieces of the CLI tests: composing ``conf/``, a weight-digest callback and stand-in
+commands (SLURM's, for the launcher tests)."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 import lightning as L
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -60,3 +63,13 @@ class WeightDigest(L.Callback):
         with open(os.path.join(self.out, f"weights_rank{trainer.global_rank}.json"), "w") as f:
             json.dump({"rank": trainer.global_rank, "world": trainer.world_size,
                        "weights": flat.tolist()}, f)
+
+
+def fake_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, output: str) -> None:
+    """A ``name`` command on the PATH that prints ``output``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / name
+    script.write_text(f"#!/bin/sh\ncat <<'EOF'\n{output}\nEOF\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")

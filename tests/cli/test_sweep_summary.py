@@ -1,4 +1,5 @@
-"""``lit-amp -m`` sweeps: exit status, mean ± std over seeds, learning curves."""
+"""Sweep summaries (``lit_amp.cli.sweep_summary``): a ``lit-amp -m`` sweep's exit status, the
+table, JSON and plot, mean ± std over seeds, learning curves."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from lit_amp.cli import main
+from lit_amp.cli.sweep_summary import load_results, markdown_table, seed_table, summarize
 from lit_amp.cli.sweep_summary import main as summary_main
-from lit_amp.cli.sweep_summary import seed_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,3 +63,30 @@ def test_seed_table_mean_and_sample_std():
     assert "| O0 | 0.7000 ± 0.2000 | 3 | 0 |" in table
     assert "| O2 | 0.6000 ± nan | 1 | 1 |" in table
     assert seed_table([{"overrides": ["amp=O0"]}, {"overrides": ["amp=O2"]}]) is None
+
+
+def _write(d, i, **kw):
+    (d / str(i)).mkdir(parents=True)
+    row = {"overrides": [f"amp=O{i}", "epochs=1"], "status": "ok", "value": 0.5 + i / 10,
+           "optimized_metric": "acc", "samples_per_sec": 100.0 * (i + 1), "wall_s": 1.0, **kw}
+    (d / str(i) / "result.json").write_text(json.dumps(row))
+
+
+def test_summary_table_json_and_plot(tmp_path):
+    _write(tmp_path, 0)
+    _write(tmp_path, 1)
+    _write(tmp_path, 2, status="failed", value=None, error="RuntimeError: boom")
+    rows = load_results(tmp_path)
+    assert [r["_dir"] for r in rows] == ["0", "1", "2"]
+    table = markdown_table(rows)
+    assert table.splitlines()[0] == "| run | amp | state | acc | samples/s | wall s |"
+    assert "| 1 | O1 | done | 0.6000 | 200.0 | 1.0 |" in table
+    assert "failed: RuntimeError: boom" in table
+    summary = summarize(tmp_path)
+    assert summary.startswith(table) and summary.endswith("1 of 3 jobs FAILED: 2")
+    assert (tmp_path / "summary.md").is_file() and (tmp_path / "summary.json").is_file()
+    assert (tmp_path / "summary.png").stat().st_size > 1000
+
+
+def test_summary_of_an_empty_dir(tmp_path):
+    assert summarize(tmp_path) is None

@@ -1,5 +1,6 @@
-"""A SIGTERM in the middle of a ``-m`` sweep: the summary lists every job with its state and
-the sweep is marked incomplete; the same command with ``--resume`` runs only what is missing."""
+"""Sweep state (``lit_amp.cli.sweep_state``): after a SIGTERM in the middle of a ``-m``
+sweep the summary lists every job with its state and the sweep is marked incomplete; the same
+command with ``--resume`` runs only what is missing."""
 
 from __future__ import annotations
 

@@ -1,9 +1,15 @@
-"""The ``_target_`` allow-list is effective on the installed Hydra (1.3, which has none)."""
+"""The one instantiate helper (``lit_amp.cli.instantiate``): the ``_target_`` allow-list is
+effective on the installed Hydra (1.3, which has none), and Hydra 1.4's whitelist is used when
+there is one."""
 
 from __future__ import annotations
 
+import contextlib
+
+import hydra.utils as hu
 import pytest
 
+from lit_amp.cli import instantiate as inst
 from lit_amp.cli import main
 from lit_amp.cli.build import build
 from lit_amp.cli.schema import ConfigError
@@ -60,3 +66,37 @@ def test_extra_trusted_targets_admit_a_users_own_class(tmp_path):
     with pytest.raises(Exception) as info:  # builds the OrderedDict, then fails as a network
         build(cfg)
     assert "not trusted" not in str(info.value)
+
+
+def test_plain_hydra_13_instantiate():
+    lin = inst.instantiate({"_target_": "torch.nn.Linear", "in_features": 2, "out_features": 1})
+    assert lin.out_features == 1
+    assert inst.whitelist_support() is None  # hydra-core 1.3.8 has no whitelist
+
+
+def test_whitelist_context_is_used_when_hydra_has_one(monkeypatch):
+    seen = []
+
+    @contextlib.contextmanager
+    def execution_whitelist(patterns):
+        seen.append(tuple(patterns))
+        yield
+
+    monkeypatch.setattr(hu, "execution_whitelist", execution_whitelist, raising=False)
+    assert inst.whitelist_support() == ("context", "execution_whitelist")
+    inst.instantiate({"_target_": "torch.nn.Identity"}, trusted=["my_pkg.*"])
+    assert seen and "lit_amp.*" in seen[0] and "torch.*" in seen[0] and "my_pkg.*" in seen[0]
+
+
+def test_whitelist_kwarg_is_used_when_hydra_has_one(monkeypatch):
+    calls = {}
+
+    def fake_instantiate(config, *args, _execution_whitelist_=None, **kwargs):
+        calls["wl"] = _execution_whitelist_
+        return "made"
+
+    monkeypatch.setattr(hu, "instantiate", fake_instantiate)
+    monkeypatch.setattr(inst, "_hydra_instantiate", lambda: fake_instantiate)
+    assert inst.whitelist_support() == ("kwarg", "_execution_whitelist_")
+    assert inst.instantiate({"_target_": "x.Y"}, trusted=["x.*"]) == "made"
+    assert "lightning.*" in calls["wl"] and "x.*" in calls["wl"]

@@ -1,4 +1,5 @@
-"""A misspelled group or key: the closest names first, Hydra's message below, exit 1."""
+"""Hints for a misspelled group or key (``lit_amp.cli.hints``): the closest names first, Hydra's
+message below, exit 1."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""An error ends ``lit-amp`` at once: a missing package is found before torch is imported, and
-the process ends without finalizing every module (atexit handlers still run).
+"""The ``lit-amp`` command (``lit_amp.cli.app``): an error ends it at once, a missing package is
+found before torch is imported, and the process ends without finalizing every module (atexit
+handlers still run).
 
 The timings are in docs/benchmarks.md ("Error exit"); these tests check the behaviour only.
 """

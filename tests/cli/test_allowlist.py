@@ -1,4 +1,5 @@
-"""Config gadgets: a shared YAML or an override cannot make ``lit-amp`` build what it must not.
+"""The ``_target_`` allowlist (``lit_amp.cli.allowlist``) against config gadgets: a shared YAML or
+an override cannot make ``lit-amp`` build what it must not.
 
 Each gadget's arguments try to create a marker file (a shell command, a pickle that writes one
 when loaded, a module or hub repo that writes one when imported, ...). Through an experiment

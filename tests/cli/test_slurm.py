@@ -1,0 +1,89 @@
+"""The submit side of ``hydra/launcher=slurm`` (``lit_amp.cli.slurm``) without a cluster: SLURM's
+commands are stand-in scripts.
+
+They run everywhere (no ``slurm`` marker): what the checks before submission refuse and how the
+jobs are watched. The job side is in tests/cli/test_preemption.py, the real cluster in
+tests/cluster/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lit_amp.cli.schema import ConfigError
+from lit_amp.cli.slurm import SlurmJobError, preflight, watch
+from tests.cli._helpers import fake_command
+
+#: ``sinfo -h -N -o %P|%c|%G`` of a cluster with a 2-CPU CPU partition and a 4-GPU partition
+SINFO = "cpu*|2|(null)\ngpu|16|gpu:a100:4(S:0-1)\ngpu|16|gpu:a100:4(S:0-1)"
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"partition": "nope", "tasks_per_node": 2},
+     "hydra.launcher.partition='nope' is not a partition of this cluster; allowed: cpu, gpu"),
+    ({"tasks_per_node": 3},
+     "partition 'cpu' have at most 2; allowed: trainer.devices <= 2 with cpus_per_task=1"),
+    ({"partition": "gpu", "tasks_per_node": 4, "cpus_per_task": 8},
+     "32 CPUs, but the nodes of partition 'gpu' have at most 16"),
+    ({"tasks_per_node": 1, "gpus_per_node": 1},
+     "have at most 0; allowed: trainer.devices <= 0, or trainer.accelerator=cpu"),
+    ({"partition": "gpu", "tasks_per_node": 8, "gpus_per_node": 8, "cpus_per_task": 2},
+     "asks for 8 GPUs per node"),
+    ({"partition": "gpu", "nodes": 3, "tasks_per_node": 1},
+     "partition 'gpu' has 2; allowed: trainer.num_nodes <= 2"),
+])
+def test_a_request_the_partition_cannot_hold_is_refused_before_submission(
+    tmp_path, monkeypatch, params, message,
+):
+    fake_command(tmp_path, monkeypatch, "sinfo", SINFO)
+    with pytest.raises(ConfigError) as info:
+        preflight(params)
+    assert message in str(info.value)
+
+
+def test_a_request_the_partition_holds_passes(tmp_path, monkeypatch):
+    fake_command(tmp_path, monkeypatch, "sinfo", SINFO)
+    preflight({"partition": "gpu", "nodes": 2, "tasks_per_node": 4, "gpus_per_node": 4,
+               "cpus_per_task": 4})
+    preflight({"tasks_per_node": 2})  # the default partition
+
+
+def test_without_slurms_commands_the_launcher_says_where_to_run(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigError, match="run lit-amp -m on a SLURM login node"):
+        preflight({"tasks_per_node": 1})
+
+
+class _Job:
+    """What :func:`lit_amp.cli.slurm.watch` reads of a submitit job."""
+
+    def __init__(self, tmp_path: Path, job_id: str) -> None:
+        self.job_id, self.num_tasks = job_id, 1
+        self.paths = type("Paths", (), {"result_pickle": tmp_path / f"{job_id}_result.pkl",
+                                        "stderr": tmp_path / f"{job_id}.err"})()
+
+
+def test_a_pending_job_is_named_then_cancelled_after_max_pending_min(tmp_path, monkeypatch,
+                                                                      capsys):
+    fake_command(tmp_path, monkeypatch, "squeue", "12_0|PENDING|Resources\n12_1|RUNNING|None")
+    fake_command(tmp_path, monkeypatch, "scancel", "")
+    jobs = [_Job(tmp_path, "12_0"), _Job(tmp_path, "12_1")]
+    with pytest.raises(SlurmJobError) as info:
+        watch(jobs, max_pending_min=0.001, poll_s=0.02, notice_s=0.0)
+    assert "SLURM job 12_0 stayed pending" in str(info.value)
+    assert "reason: Resources" in str(info.value) and "job(s) 12_1 go on" in str(info.value)
+    assert "SLURM job 12_0 pending for" in capsys.readouterr().err  # the notice came first
+
+
+def test_a_job_gone_without_a_result_is_reported_with_its_state_and_log(tmp_path, monkeypatch):
+    fake_command(tmp_path, monkeypatch, "squeue", "")
+    fake_command(tmp_path, monkeypatch, "scontrol",
+                 "JobId=13 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0")
+    done, gone = _Job(tmp_path, "13_1"), _Job(tmp_path, "13_0")
+    done.paths.result_pickle.write_bytes(b"")
+    with pytest.raises(SlurmJobError) as info:
+        watch([done, gone], max_pending_min=None, poll_s=0.02, grace_s=0.1)
+    assert "SLURM job 13_0 ended without a result (FAILED, reason NonZeroExitCode" in str(
+        info.value) and str(gone.paths.stderr) in str(info.value)
