@@ -5,7 +5,7 @@ Run as a script (Lightning's launcher re-runs it for rank 1):
 LightningModule with ``AmpFSDPPrecision``; or ``LitModel(amp_level=level)``, which must be
 refused). Each rank writes ``<out_dir>/rank<r>.json``: the dtypes each layer computed with, the
 parameter storage dtype, the full (gathered) weights and the losses;
-``tests/plugins/precision/test_fsdp_cpu.py`` checks them.
+``tests/plugins/precision/test_fsdp.py`` checks them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""MindSpore's ``Metric`` API on lit_amp metrics: ``clear()`` / ``update()`` / ``eval()``.
+"""MindSpore's ``Metric`` API on lit_amp metrics (``lit_amp.metrics.base``): ``clear()`` /
+``update()`` / ``eval()``.
 
 The expected values and types were read from mindspore 2.10 (``mindspore.train.Accuracy`` etc.):
 ``eval()`` returns a ``numpy.float64`` for a scalar metric and a numpy array per class, and
