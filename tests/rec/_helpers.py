@@ -1,4 +1,5 @@
-"""Small shared pieces for the RecModel tests: a tiny Wide&Deep, a hook recorder, data files."""
+"""Small shared pieces for the RecModel tests: a tiny Wide&Deep, a hook recorder, data files, a
+finite synthetic stream and the exact AUC."""
 
 from __future__ import annotations
 
@@ -14,6 +15,20 @@ from lit_amp.rec import RecModel, WideDeep
 from lit_amp.rec.sources import SyntheticClickSource, write_shard
 
 EVAL_HOOKS = ("on_eval_begin", "on_eval_step_end", "on_eval_end")
+
+
+def synthetic_stream(n_batches: int | None = None, bs: int = 16, **kw: Any) -> SyntheticClickSource:
+    """``n_batches`` batches of ``bs`` synthetic records (unbounded when None)."""
+    return SyntheticClickSource(
+        batch_size=bs, num_records=None if n_batches is None else n_batches * bs, **kw
+    )
+
+
+def exact_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """ROC AUC over every positive-negative pair (ties count half)."""
+    pos, neg = scores[labels > 0.5], scores[labels <= 0.5]
+    diff = pos[:, None] - neg[None, :]
+    return float(((diff > 0).double() + 0.5 * (diff == 0).double()).mean())
 
 
 def tiny_net(seed: int = 0) -> WideDeep:

@@ -1,11 +1,10 @@
-"""Checkpoint cadence and resume (weights, optimizer, loss scale, cursor and counters together);
-publish cadence and atomic, loadable published weights."""
+"""``online_train``'s checkpoints (``lit_amp.rec.online.checkpoints``): cadence and resume
+(weights, optimizer, loss scale, cursor and counters together), fallback, consumed files."""
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 
 import pytest
 import torch
@@ -16,13 +15,11 @@ from lit_amp.rec import (
     CheckpointOptions,
     PublishOptions,
     StopOptions,
-    load_published,
-    publish_weights,
 )
-from lit_amp.rec.publish import latest_published, list_checkpoints
+from lit_amp.rec.publish import list_checkpoints
 from lit_amp.rec.sources import DirectorySource, SyntheticClickSource
 from lit_amp.serialization import load_checkpoint
-from tests.rec._helpers import Recorder, fill_dir, make_model, tiny_net
+from tests.rec._helpers import Recorder, fill_dir, make_model
 
 
 def test_checkpoints_by_steps_keep_the_newest(tmp_path):
@@ -154,73 +151,6 @@ def test_a_dataset_without_cursor_warns_when_checkpointing(tmp_path, caplog):
     assert "cannot hold the stream position" in caplog.text
 
 
-def test_publish_by_steps_writes_loadable_weights(tmp_path):
-    infos: list[dict] = []
-    model = make_model()
-    s = model.online_train(
-        SyntheticClickSource(batch_size=8, num_records=56),
-        publish=PublishOptions(
-            tmp_path, publish_every_n_steps=2, keep_published_max=2, publish_hook=infos.append
-        ),
-    )
-    assert [i["step"] for i in infos] == [2, 4, 6, 7]  # every 2 steps, and at the end
-    assert sorted(os.listdir(tmp_path)) == [
-        "LATEST",
-        "model-000000000006.pt",
-        "model-000000000007.pt",
-    ]
-    assert s.last_published == latest_published(tmp_path)
-    fresh = tiny_net(seed=99)
-    payload = load_published(tmp_path, fresh)
-    assert payload["step"] == 7 and payload["records"] == 56
-    trained = model.lit_model.network.state_dict()
-    assert all(torch.equal(v, trained[k]) for k, v in fresh.state_dict().items())
-    assert infos[-1]["cursor"] == {"batches": 7}
-
-
-def test_publish_by_seconds_also_while_the_stream_is_idle(tmp_path):
-    infos: list[dict] = []
-    step_times: dict[int, float] = {}
-    rec = Recorder(
-        lambda rc: step_times.setdefault(rc.original_args().cur_step_num, time.monotonic())
-    )
-    make_model().online_train(
-        SyntheticClickSource(batch_size=2, rate=4.0),  # one batch every 0.5 s
-        callbacks=rec,
-        publish=PublishOptions(
-            tmp_path,
-            publish_every_n_seconds=0.1,
-            publish_hook=lambda i: infos.append({**i, "t": time.monotonic()}),
-        ),
-        stop=StopOptions(max_time=1.6),
-    )
-    # step 1's weights were published while waiting for batch 2, not only when it came
-    first = next(i for i in infos if i["step"] == 1)
-    assert 2 not in step_times or first["t"] < step_times[2]
-
-
-def test_publish_is_atomic_when_a_write_fails(tmp_path, monkeypatch):
-    net = tiny_net()
-    publish_weights(net, tmp_path, step=1)
-    real_save = torch.save
-
-    def broken_save(obj, f, *a, **k):
-        f.write(b"partial bytes")
-        raise OSError("disk full")
-
-    monkeypatch.setattr("lit_amp.rec.publish.torch.save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
-        publish_weights(net, tmp_path, step=2)
-    monkeypatch.setattr("lit_amp.rec.publish.torch.save", real_save)
-    assert sorted(os.listdir(tmp_path)) == ["LATEST", "model-000000000001.pt"]
-    assert load_published(tmp_path)["step"] == 1
-
-
-def test_load_published_without_anything_published(tmp_path):
-    with pytest.raises(ValueError, match="no published weights"):
-        load_published(tmp_path)
-
-
 def test_delete_consumed_needs_checkpoints_and_drains_the_folder_with_them(tmp_path, caplog):
     data = tmp_path / "data"
     fill_dir(data, 6, 8)
@@ -243,14 +173,6 @@ def test_delete_consumed_needs_checkpoints_and_drains_the_folder_with_them(tmp_p
     assert s.records == 48 and s.stop_reason == "idle_timeout"
     assert [p.name for p in data.iterdir()] == []
     assert source.files_deleted == 6
-
-
-def test_load_published_on_a_corrupt_file_names_the_file(tmp_path):
-    path = publish_weights(tiny_net(), tmp_path, step=1)
-    with open(path, "wb") as f:
-        f.write(b"not a torch file")
-    with pytest.raises(ValueError, match="model-000000000001.pt.*cannot be read"):
-        load_published(tmp_path)
 
 
 def test_stale_temp_files_of_a_killed_writer_are_removed_at_start(tmp_path):

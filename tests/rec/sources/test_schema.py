@@ -1,5 +1,6 @@
-"""One malformed-record path: every hostile line is a ``ValueError`` of ``ClickSchema.parse_json``,
-and a run over a topic with a tombstone trains past it.
+"""The record schema (``lit_amp.rec.sources.schema``): JSON lines round-trip, and one
+malformed-record path: every hostile line is a ``ValueError`` of ``ClickSchema.parse_json``, and
+a run over a topic with a tombstone trains past it.
 
 The contract (``test_contract.py``) feeds the same hostile table, and hypothesis-drawn lines,
 through every source; here the schema's side of it, and what a user of ``online_train`` sees.
@@ -7,10 +8,11 @@ through every source; here the schema's side of it, and what a user of ``online_
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from lit_amp.rec import StopOptions
-from lit_amp.rec.sources import KafkaSource
+from lit_amp.rec.sources import KafkaSource, SyntheticClickSource
 from lit_amp.rec.sources.schema import ClickSchema
 from tests.rec._helpers import make_model
 from tests.rec.sources.contract import HOSTILE, HOSTILE_NAMES, FakeConsumer, valid
@@ -46,3 +48,13 @@ def test_online_train_over_a_topic_with_a_tombstone_trains_past_it(tmp_path):
     assert summary.records == 11
     assert src.malformed == 1
     assert summary.stop_reason == "idle_timeout"
+
+
+def test_click_schema_json_round_trip():
+    cols = SyntheticClickSource(batch_size=5, seed=2).columns(0)
+    schema = ClickSchema()
+    lines = schema.to_json_lines(cols).splitlines()
+    back, index, bad = schema.parse_json_lines(lines)
+    assert bad == [] and index.tolist() == list(range(5))
+    for k in cols:
+        np.testing.assert_array_equal(back[k], cols[k])

@@ -1,4 +1,5 @@
-"""Delta publishing: numbered full snapshots and row deltas, and the reader that replays them.
+"""Serving weights (``lit_amp.rec.publish``): full files written atomically, delta publishing
+(numbered full snapshots and row deltas) and the reader that replays them.
 
 What a server sees: the same weights as the trainer at every version it loads, a file size that
 follows the rows a step touched (not the table size), and a torn / missing / foreign delta
@@ -15,9 +16,9 @@ import pytest
 import torch
 
 from lit_amp.rec import LazyAdam, PublishOptions, StopOptions, WideDeep
-from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published
+from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published, publish_weights
 from lit_amp.rec.sources import SyntheticClickSource
-from tests.rec._helpers import make_model
+from tests.rec._helpers import make_model, tiny_net
 
 ROW_BYTES = 8 * 4 + 8  # an fp32 row of width 8 plus its int64 index
 
@@ -273,3 +274,33 @@ def test_online_train_publishes_deltas_that_replay_to_the_trained_weights(tmp_pa
     payload = load_published(tmp_path, served)
     assert payload["version"] == 4 and payload["step"] == 8 and payload["records"] == 64
     assert _same(served.state_dict(), model.lit_model.network)
+
+
+def test_publish_is_atomic_when_a_write_fails(tmp_path, monkeypatch):
+    net = tiny_net()
+    publish_weights(net, tmp_path, step=1)
+    real_save = torch.save
+
+    def broken_save(obj, f, *a, **k):
+        f.write(b"partial bytes")
+        raise OSError("disk full")
+
+    monkeypatch.setattr("lit_amp.rec.publish.torch.save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        publish_weights(net, tmp_path, step=2)
+    monkeypatch.setattr("lit_amp.rec.publish.torch.save", real_save)
+    assert sorted(os.listdir(tmp_path)) == ["LATEST", "model-000000000001.pt"]
+    assert load_published(tmp_path)["step"] == 1
+
+
+def test_load_published_without_anything_published(tmp_path):
+    with pytest.raises(ValueError, match="no published weights"):
+        load_published(tmp_path)
+
+
+def test_load_published_on_a_corrupt_file_names_the_file(tmp_path):
+    path = publish_weights(tiny_net(), tmp_path, step=1)
+    with open(path, "wb") as f:
+        f.write(b"not a torch file")
+    with pytest.raises(ValueError, match="model-000000000001.pt.*cannot be read"):
+        load_published(tmp_path)
