@@ -1,4 +1,5 @@
-"""THOR optimizer: the frequency schedule, hooks, schedules, update rule, state, arguments."""
+"""THOR optimizer: the frequency schedule, hooks, schedules, update rule, state (its argument
+checks: tests/thor/test_arguments.py)."""
 
 from __future__ import annotations
 
@@ -302,45 +303,3 @@ def test_closure_and_conv1d_network():
 
     losses = [float(opt.step(closure).detach()) for _ in range(6)]
     assert losses[-1] < losses[0] and len(opt.layers) == 2
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "exc", "match"),
-    [
-        ({"net": "net"}, TypeError, "'net'"),
-        ({"learning_rate": "0.1"}, TypeError, "'learning_rate'"),
-        ({"learning_rate": True}, TypeError, "'learning_rate'"),
-        ({"learning_rate": torch.zeros(2, 2)}, ValueError, "'learning_rate'"),
-        ({"learning_rate": torch.zeros(0)}, ValueError, "'learning_rate'"),
-        ({"learning_rate": -0.1}, ValueError, "'learning_rate'"),
-        ({"damping": None}, TypeError, "'damping'"),
-        ({"momentum": "0.9"}, TypeError, "'momentum'"),
-        ({"momentum": -0.1}, ValueError, "'momentum'"),
-        ({"weight_decay": -1.0}, ValueError, "'weight_decay'"),
-        ({"loss_scale": 0.0}, ValueError, "'loss_scale'"),
-        ({"loss_scale": "1"}, TypeError, "'loss_scale'"),
-        ({"batch_size": 0}, ValueError, "'batch_size'"),
-        ({"use_nesterov": 1}, TypeError, "'use_nesterov'"),
-        ({"enable_clip_grad": None}, TypeError, "'enable_clip_grad'"),
-        ({"frequency": 1}, ValueError, "'frequency' must be an int >= 2, but got 1"),
-        ({"frequency": 2.0}, TypeError, "'frequency'"),
-        ({"decay_filter": 3}, TypeError, "'decay_filter'"),
-        ({"split_indices": [3, 1]}, ValueError, "'split_indices'"),
-        ({"split_indices": "0"}, TypeError, "'split_indices'"),
-        ({"split_dim": 0}, ValueError, "'split_dim'"),
-        ({"factor_decay": 1.0}, ValueError, "'factor_decay'"),
-        ({"trace_thresholds": (0.0, 0.1)}, ValueError, "'trace_thresholds'"),
-        ({"trace_thresholds": 0.1}, TypeError, "'trace_thresholds'"),
-        ({"pi_damping": 1}, TypeError, "'pi_damping'"),
-        ({"bias_in_a": "yes"}, TypeError, "'bias_in_a'"),
-    ],
-)
-def test_bad_arguments(kwargs, exc, match):
-    args = {"net": _net(), "learning_rate": 0.1, "damping": 0.03, "momentum": 0.9, **kwargs}
-    with pytest.raises(exc, match=match):
-        thor(**args)
-
-
-def test_sparse_embedding_is_refused():
-    with pytest.raises(ValueError, match="sparse"):
-        thor(nn.Embedding(5, 3, sparse=True), 0.1, 0.03, 0.9)
