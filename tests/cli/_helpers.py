@@ -3,6 +3,7 @@ commands (SLURM's, for the launcher tests)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import stat
@@ -45,6 +46,14 @@ def compose_cfg(overrides: Sequence[str], out: Path, *, fast: bool = True) -> Di
         cfg.hydra.job.id = "test"
     HydraConfig.instance().set_config(cfg)
     return cfg
+
+
+def has_module(module: str) -> bool:
+    """Whether ``module`` is importable (``find_spec("a.b")`` raises when ``a`` is missing)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def options(group: str) -> list[str]:

@@ -3,23 +3,15 @@ rewritten and said, a key without an equivalent names the one to use, a missing 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 import torch
 
 from lit_amp.cli import main
-from tests.cli._helpers import FAST, FAST_DATA
+from tests.cli._helpers import FAST, FAST_DATA, has_module
 
 DATA = [*FAST_DATA, *FAST]
-
-
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def _epochs_trained(run) -> int:
@@ -54,7 +46,7 @@ def test_template_keys_without_an_equivalent_name_the_key_to_use(override, names
     ("logger=wandb", "wandb", "wandb"),
 ])
 def test_missing_plugin_names_the_extra(option, extra, module, tmp_path, capsys):
-    if _has(module) or (module == "tensorboard" and _has("tensorboardX")):
+    if has_module(module) or (module == "tensorboard" and has_module("tensorboardX")):
         pytest.skip(f"{module} is installed")
     args = ["-m", option] if "launcher" in option else [option]
     with pytest.raises(SystemExit) as info:

@@ -1,4 +1,6 @@
-"""#28 item 10: a dead-letter file that cannot be written never stops the stream.
+"""What every source shares (``lit_amp.rec.sources.base``): a dead-letter file that cannot be
+written never stops the stream. The ``StreamSource`` protocol itself is run for every source
+class in test_contract.py.
 
 The default dead-letter file lies in the watched folder; on a read-only mount (a common way to
 share a data folder) the first bad record used to raise. Now the record goes to the log (one
@@ -16,14 +18,11 @@ import pytest
 
 from lit_amp.rec.sources import DeadLetterFile, DirectorySource
 from tests.faults._servers import line, record
+from tests.rec.sources.contract import ids_of
 
 
 def _rows(n: int, bad: set[int]) -> bytes:
     return b"".join(b"{broken\n" if i in bad else line(record(i)) for i in range(n))
-
-
-def ids_of(batches) -> list[int]:
-    return [i for f, _ in batches for i in f["record_id"].tolist()]
 
 
 def _fallback_warnings(caplog, path) -> list[str]:
