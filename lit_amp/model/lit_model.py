@@ -9,7 +9,7 @@ check, step or skip — so it works in anyone's Trainer:
 
     L.Trainer(max_epochs=3).fit(LitModel(net, loss, opt, metrics={"acc"}), train_dl, val_dl)
 
-Lightning's habits hold (issue #19): ``Trainer(accumulate_grad_batches=, gradient_clip_val=,
+Lightning's habits hold: ``Trainer(accumulate_grad_batches=, gradient_clip_val=,
 gradient_clip_algorithm=)`` are honoured by the manual step (clipping after unscaling, skipped
 with the step on overflow), ``trainer.predict`` on ``(x, y)`` batches feeds ``x``, values are
 logged as ``train/...``, ``val/...``, ``test/...`` (``Model``'s callbacks and results keep
