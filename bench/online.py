@@ -35,7 +35,7 @@ parameter + optimizer bytes, checkpoint write time and training stall per checkp
 time and bytes, freshness. ``--soak``: ``--soak-minutes`` at the largest size on a stream of
 ever new ids, RSS sampled every second.
 
-    .venv/bin/python bench/online.py --scale --seconds 90      # 3 sizes, 90 s per phase
+    .venv/bin/python bench/online.py --scale --seconds 150     # 3 sizes, 150 s per phase
     .venv/bin/python bench/online.py --scale --sizes 10000 --seconds 10 --no-doc  # a smoke run
     .venv/bin/python bench/online.py --soak                    # 10 minutes at 26 x 10^6 rows
 """
@@ -51,9 +51,11 @@ import shutil
 import statistics
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -517,12 +519,15 @@ def main() -> None:
     ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     ap.add_argument("--scale", action="store_true", help="the scale axis (see the docstring)")
     ap.add_argument("--soak", action="store_true", help="the memory soak at the largest size")
+    ap.add_argument("--ckpt-check", action="store_true",
+                    help="one background checkpoint per size while training, checked byte "
+                    "for byte, against a checkpoint written by the loop")
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
                     help="--scale / --soak: rows per feature")
     ap.add_argument("--optimizer", choices=("lazyadam", "adagrad"), default="lazyadam")
     ap.add_argument("--collisionless", action="store_true",
                     help="--scale / --soak: IdEmbedding tables (one row per id) instead of hashed")
-    ap.add_argument("--ckpt-every", type=float, default=40.0, help="--scale: seconds")
+    ap.add_argument("--ckpt-every", type=float, default=60.0, help="--scale: seconds")
     ap.add_argument("--full-publishes", action="store_true",
                     help="--scale: full publishes instead of deltas")
     ap.add_argument("--new-frac", type=float, default=0.02,
@@ -533,7 +538,7 @@ def main() -> None:
     ap.add_argument("--soak-rate", type=float, default=20_000.0)
     ap.add_argument("--soak-new-frac", type=float, default=0.1)
     args = ap.parse_args()
-    if args.scale or args.soak:
+    if args.scale or args.soak or args.ckpt_check:
         run_scale_or_soak(args)
     else:
         run_legacy(args)
@@ -778,11 +783,101 @@ def run_soak(vocab: int, o: dict) -> dict:
     }
 
 
+def _crc(t: torch.Tensor) -> int:
+    b = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    c = 0
+    for at in range(0, len(b), 1 << 26):
+        c = zlib.crc32(memoryview(b[at:at + (1 << 26)].numpy()), c)
+    return c
+
+
+def _crcs(payload: dict) -> dict:
+    """CRC32 of the bytes of every tensor of a ``{"state_dict", "optimizer_states"}`` dict."""
+    out = {k: _crc(v) for k, v in payload["state_dict"].items()}
+    for i, st in payload["optimizer_states"][0]["state"].items():
+        out.update({f"optimizer.{i}.{k}": _crc(v) for k, v in st.items() if torch.is_tensor(v)})
+    return out
+
+
+def run_ckpt_check(vocab: int, o: dict) -> dict:
+    """One background checkpoint at ``vocab`` rows per feature, in this process, with training
+    going on (no producer, no Lightning): the loop's stall, the write, the rows copied on
+    write, training speed during the write, peak RSS; then the same dict written by the loop
+    (``torch.save``, as every checkpoint was before); then the file checked byte for byte
+    (CRC32 per tensor) against the state at the snapshot."""
+    from lit_amp.rec.online.snapshot import Snapshots
+
+    torch.set_num_threads(o["threads"])
+    net, opt = scale_model(vocab, o["optimizer"], o["collisionless"])
+    stream = ("criteo", o["new_frac"])
+    gen, schema = make_stream(stream, o["batch"]), SyntheticClickSource(batch_size=1000).schema
+    batches = [schema.to_batch(gen.columns(i)) for i in range(100)]
+    loss = nn.BCEWithLogitsLoss()
+
+    def step(i: int) -> None:
+        features, label = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        loss(net(features), label).backward()
+        opt.step()
+
+    def steps_while(cond: Any) -> tuple[float, float]:
+        t0, n, worst = time.monotonic(), 0, 0.0
+        while cond(t0):
+            s0 = time.perf_counter()
+            step(n)
+            n, worst = n + 1, max(worst, time.perf_counter() - s0)
+        return n * o["batch"] / (time.monotonic() - t0), worst
+
+    bare, _ = steps_while(lambda t0: time.monotonic() - t0 < o["bare_seconds"])
+    sizes = state_bytes(net, opt)
+    workdir = Path(tempfile.mkdtemp(prefix="lit_amp_bench_ckpt_"))
+    path = workdir / "online.ckpt"
+    try:
+        snaps = Snapshots([opt])
+        t0 = time.perf_counter()
+        payload = {"state_dict": net.state_dict(), "optimizer_states": [opt.state_dict()]}
+        snap = snaps.take(payload)
+        stall = time.perf_counter() - t0
+        expected = _crcs(payload)  # nothing has stepped since the snapshot
+        done: dict = {}
+
+        def write() -> None:
+            c0 = time.thread_time()
+            done["stats"] = snap.write(path)
+            done["cpu"] = time.thread_time() - c0
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        during, worst = steps_while(lambda t0: writer.is_alive())
+        writer.join()
+        peak = rss_bytes("VmHWM")
+        t0 = time.perf_counter()
+        torch.save(payload, workdir / "in_loop.ckpt")
+        in_loop = time.perf_counter() - t0
+        os.remove(workdir / "in_loop.ckpt")
+        got = _crcs(torch.load(path, mmap=True, weights_only=True))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    st = done["stats"]
+    state = sizes["param_bytes"] + sizes["optimizer_bytes"]
+    return {
+        "vocab": vocab, "rows": 26 * vocab, **sizes, "bare_records_per_s": bare,
+        "stall_s": stall, "write_s": st.write_s, "writer_cpu_s": done["cpu"], "bytes": st.bytes,
+        "cow_rows": st.cow_rows, "cow_bytes": st.cow_bytes,
+        "records_per_s_during_write": during, "worst_step_s_during_write": worst,
+        "in_loop_write_s": in_loop, "peak_rss_bytes": peak, "rss_over_state": peak / state,
+        "tensors_checked": len(expected),
+        "tensors_differing": sorted(k for k in expected if got.get(k) != expected[k]),
+        "loadavg": os.getloadavg(),
+    }
+
+
 def _child(kind: str, vocab: int, o: dict, queue: Any) -> None:
     import traceback
 
     try:
-        queue.put(("ok", (run_soak if kind == "soak" else run_size)(vocab, o)))
+        run = {"soak": run_soak, "size": run_size, "ckpt": run_ckpt_check}[kind]
+        queue.put(("ok", run(vocab, o)))
     except BaseException:  # reported by the parent
         queue.put(("error", traceback.format_exc()))
 
@@ -812,6 +907,18 @@ def run_scale_or_soak(args: argparse.Namespace) -> None:
               "publish_every": args.publish_every, "ckpt_every": args.ckpt_every,
               "delta_publishes": not args.full_publishes, "loadavg_start": os.getloadavg(),
               "targets": SCALE_TARGETS}
+    if args.ckpt_check:
+        rows = [in_process("ckpt", vocab, o) for vocab in args.sizes]
+        path = write_result("online_checkpoint", {**common, "sizes": rows, "options": o})
+        for r in rows:
+            print(f"[{r['vocab']:,}] stall {1e3 * r['stall_s']:.0f} ms, write {r['write_s']:.1f} s "
+                  f"(in the loop: {r['in_loop_write_s']:.1f} s), peak RSS "
+                  f"{r['rss_over_state']:.2f} x state, {len(r['tensors_differing'])} of "
+                  f"{r['tensors_checked']} tensors differ")
+        print("written:", path)
+        if not args.no_doc:
+            update_scale_doc(None, None, rows)
+        return
     if args.soak:
         soak = in_process("soak", max(args.sizes), o)
         path = write_result("online_soak", {**common, "soak": soak, "options": o})
@@ -867,26 +974,34 @@ def _scale_table(result: dict) -> str:
     return head + "\n".join(lines)
 
 
-def update_scale_doc(result: dict | None, soak: dict | None) -> None:
-    """Replace (or append) the scale axis' section of docs/benchmarks.md (one part of it)."""
+def update_scale_doc(result: dict | None, soak: dict | None,
+                     ckpt: list[dict] | None = None) -> None:
+    """Replace (or append) the scale axis' sections of docs/benchmarks.md (those given)."""
     text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
     m = machine()
+    if ckpt:
+        text = _replace_section(text, "online-checkpoint", _ckpt_section(ckpt, m))
     if result is not None:
+        o = result["options"]
+        intro = textwrap.fill(
+            f"{result['model']}; batch {result['batch']}; a Criteo-like stream (power-law ids "
+            f"hashed over 62 bits, {o['new_frac']:.0%} new ids); producer process + "
+            f"`DirectorySource` as in the section above; "
+            f"{'delta' if result['delta_publishes'] else 'full'} publishes every "
+            f"{result['publish_every']} s; background checkpoints every "
+            f"{result['ckpt_every']:.0f} s; {o['seconds']:.0f} s per phase. \"State\" is "
+            "parameter + optimizer-state bytes. \"Stall per checkpoint\": how long the training "
+            "loop was blocked by a background checkpoint (a wait for the previous write "
+            "included); \"in-loop checkpoint\": the final checkpoint, written by the loop as "
+            "every checkpoint was before background writes (what each one stalled). Freshness "
+            f"at {o['rate_fraction']:.0%} of the throughput (at most {o['rate_cap']:,.0f} "
+            f"records/s). Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}; load "
+            f"average {result['loadavg_start'][0]:.1f} at the start; "
+            f"{time.strftime('%Y-%m-%d')}.", 92)
         body = f"""<!-- bench:online-scale:start -->
 ## Online training at scale (`bench/online.py --scale`)
 
-{result["model"]}; batch {result["batch"]}; a Criteo-like stream (power-law ids hashed over
-62 bits, {result["options"]["new_frac"]:.0%} new ids); producer process + `DirectorySource`
-as in the section above; {"delta" if result["delta_publishes"] else "full"} publishes every
-{result["publish_every"]} s; background checkpoints every {result["ckpt_every"]:.0f} s.
-"State" is parameter + optimizer-state bytes. "Stall per checkpoint": how long the training
-loop was blocked by a background checkpoint; "in-loop checkpoint": the final checkpoint,
-written by the loop as every checkpoint was before background writes (what each one stalled).
-Freshness at {result["options"]["rate_fraction"]:.0%} of the throughput (at most
-{result["options"]["rate_cap"]:,.0f} records/s).
-
-Machine: {m["cpu"]}, {m["cores"]} cores, torch {m["torch"]}; load average
-{result["loadavg_start"][0]:.1f} at the start; {time.strftime("%Y-%m-%d")}.
+{intro}
 
 {_scale_table(result)}
 
@@ -912,6 +1027,40 @@ budget 1.5 x state = {_gb(soak["budget_bytes"])}; RSS slope over the last half
 """
         text = _replace_section(text, "online-soak", body)
     DOC.write_text(text)
+
+
+_CKPT_HEAD = (
+    "| rows per feature (total) | state | loop stall (background) | in-loop write (before) "
+    "| background write | rows copied on write | speed during the write | peak RSS / state "
+    "| tensors differing | load average |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def _ckpt_section(rows: list[dict], m: dict) -> str:
+    lines = "\n".join(
+        f"| {r['vocab']:,} ({r['rows'] / 1e6:g} M) | {_gb(r['param_bytes'] + r['optimizer_bytes'])}"
+        f" | {_ms(r['stall_s'])} | {r['in_loop_write_s']:.1f} s | {r['write_s']:.1f} s "
+        f"({r['writer_cpu_s']:.1f} s CPU) | {r['cow_rows']:,} ({_gb(r['cow_bytes'])}) "
+        f"| {r['records_per_s_during_write'] / r['bare_records_per_s']:.2f} "
+        f"| {r['rss_over_state']:.2f} | {len(r['tensors_differing'])} of {r['tensors_checked']} "
+        f"| {r['loadavg'][0]:.1f} |" for r in rows)
+    return f"""<!-- bench:online-checkpoint:start -->
+## A background checkpoint at scale (`bench/online.py --ckpt-check`)
+
+Wide&Deep as in the scale axis, LazyAdam, batch 1000, the train step in a plain loop (no
+producer): one checkpoint taken as `online_train` takes it in the background (snapshot,
+copy-on-write of the table and its optimizer state, a writer thread) while
+the loop keeps stepping, then the same dict written by the loop with `torch.save` (what
+every checkpoint stalled before), then the file compared byte for byte (CRC32 per tensor)
+with the state at the snapshot. "Speed during the write": records/s while the file was
+being written over records/s before.
+
+{_CKPT_HEAD}
+{lines}
+
+Machine: {m["cpu"]}, {m["cores"]} cores, shared with other jobs (the load average column);
+{time.strftime("%Y-%m-%d")}. Raw numbers: `bench/results/online_checkpoint.json`.
+<!-- bench:online-checkpoint:end -->
+"""
 
 
 def _replace_section(text: str, name: str, body: str) -> str:
