@@ -111,7 +111,7 @@ class CursorCheckpoints:
     def time_due(self, now: float) -> bool:
         """Whether ``ckpt_every_n_seconds`` have passed since the last checkpoint."""
         secs = self.opts.ckpt_every_n_seconds
-        return secs is not None and now - self.last_time >= secs  # type: ignore[operator]
+        return secs is not None and now - self.last_time >= secs
 
     def step_due(self, step: int) -> bool:
         """Whether ``step`` is on the ``ckpt_every_n_steps`` cadence."""
@@ -164,7 +164,7 @@ class CursorCheckpoints:
             self._written(step, stats, time.monotonic() - t0, waited, background=False)
             return
         payload = checkpoint_payload(_OnlineState(lit, online), {"step_num": step})
-        snap = self._snapshots.take(payload)  # type: ignore[union-attr]
+        snap = self._snapshots.take(payload)
         if self._pool is None:
             # at the ordinary priority: a lower one makes the loop wait for the GIL while the
             # writer, holding it, waits for a CPU (measured: 0.1-0.5 s stalls at nice +10)
@@ -198,7 +198,7 @@ class CursorCheckpoints:
             stats = write.result()
         except SnapshotBroken as exc:
             self._status = "abandoned"
-            self._snapshots.broken(snap)  # type: ignore[union-attr]
+            self._snapshots.broken(snap)
             log.warning("%s Its parameters are copied whole in the next checkpoints; the next "
                         "checkpoint is the next one due (or the final one).", exc)
             return time.monotonic() - t0

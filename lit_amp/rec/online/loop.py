@@ -264,7 +264,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         stop_flag, ckpt_flag, failed = self.ranks.reduce_max(
             [reason is not None, ckpt_time, ckpt_failed])
         if failed:
-            ck.raise_failure()  # type: ignore[union-attr]
+            ck.raise_failure()
         if ck is not None and (ckpt_flag or ck.step_due(step)):
             ck.save(pl_module, step, self.cursor)
         if pub is not None and (pub.step_due(step) or pub.time_due(now)):
