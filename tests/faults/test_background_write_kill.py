@@ -15,23 +15,13 @@ from pathlib import Path
 import pytest
 
 from lit_amp.rec.publish import latest_checkpoint, list_checkpoints
+from tests.faults._trained_log import trained_batches
 from tests.rec._helpers import fill_dir
 
 pytestmark = pytest.mark.slow  # two trainer processes: ~10-20 s on a shared 2-core machine
 
 WORKER = str(Path(__file__).with_name("_slow_checkpoint_worker.py"))
 FILES, PER_FILE, BATCH, CKPT_EVERY = 14, 20, 20, 3
-
-
-def _trained(log: Path) -> list[tuple[int, list[int]]]:
-    if not log.exists():
-        return []
-    out = []
-    for x in log.read_text().splitlines(keepends=True):
-        if x.endswith("\n"):  # a line cut by the kill is not a trained batch
-            step, *ids = x.split()
-            out.append((int(step), [int(i) for i in ids]))
-    return out
 
 
 def test_kill_during_a_slow_background_write_loses_nothing(tmp_path):
@@ -47,7 +37,7 @@ def test_kill_during_a_slow_background_write_loses_nothing(tmp_path):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90
-        while not (marker.exists() and len(_trained(log)) >= 2 * CKPT_EVERY + 2):
+        while not (marker.exists() and len(trained_batches(log)) >= 2 * CKPT_EVERY + 2):
             assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
             assert time.monotonic() < deadline, "the slow write did not start in time"
             time.sleep(0.01)
@@ -56,7 +46,7 @@ def test_kill_during_a_slow_background_write_loses_nothing(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    run1 = _trained(log)
+    run1 = trained_batches(log)
     assert marker.read_text().endswith("online-000000000006.ckpt")
     assert [s for s, _ in run1] == list(range(1, len(run1) + 1)) and len(run1) > 6
     # the write in flight left only a temp file: the newest checkpoint is the durable one
@@ -73,7 +63,7 @@ def test_kill_during_a_slow_background_write_loses_nothing(tmp_path):
     assert summary["resumed_from"].endswith("online-000000000003.ckpt")
     assert summary["stop_reason"] == "idle_timeout"
     assert not [n for n in os.listdir(ckpt) if n.startswith(".tmp-")]
-    run2 = _trained(log)[len(run1):]
+    run2 = trained_batches(log)[len(run1):]
     assert run2[0][0] == 4
     trained = [i for _, ids in run1 + run2 for i in ids]
     counts = collections.Counter(trained)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults._servers import line, record
+from tests.faults._trained_log import trained_batches
 
 pytestmark = pytest.mark.slow  # three trainer processes in a row: ~20-40 s
 
@@ -48,17 +49,6 @@ def _write_data(data: Path, rng: random.Random) -> tuple[set[int], set[int]]:
     return valid, poison
 
 
-def _trained(log: Path) -> list[tuple[int, list[int]]]:
-    if not log.exists():
-        return []
-    out = []
-    for x in log.read_text().splitlines(keepends=True):
-        if x.endswith("\n"):  # a line cut by the kill is not a trained batch
-            step, *ids = x.split()
-            out.append((int(step), [int(i) for i in ids]))
-    return out
-
-
 @pytest.mark.parametrize("seed", [18])
 def test_kills_and_sigterms_at_random_points_lose_nothing_and_run_no_poison(tmp_path, seed):
     rng = random.Random(seed)
@@ -75,7 +65,7 @@ def test_kills_and_sigterms_at_random_points_lose_nothing_and_run_no_poison(tmp_
         at = seen_before + rng.randint(2, 5)  # steps into this run
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         t_end = time.monotonic() + 120
-        while len(_trained(log)) < at and proc.poll() is None and time.monotonic() < t_end:
+        while len(trained_batches(log)) < at and proc.poll() is None and time.monotonic() < t_end:
             time.sleep(0.01)
         assert proc.poll() is None, proc.communicate()[0].decode()[-3000:]
         proc.send_signal(sig)
@@ -84,12 +74,12 @@ def test_kills_and_sigterms_at_random_points_lose_nothing_and_run_no_poison(tmp_
             assert proc.returncode == 0 and "signal:SIGTERM" in out.decode(), out.decode()[-2000:]
         else:
             dup_allowed += CKPT_EVERY * BATCH
-        seen_before = len(_trained(log))
+        seen_before = len(trained_batches(log))
     final = subprocess.run(cmd, capture_output=True, timeout=120)
     assert final.returncode == 0, final.stdout.decode()[-3000:] + final.stderr.decode()[-3000:]
     summary = json.loads(final.stdout.decode().split("SUMMARY ", 1)[1].splitlines()[0])
     assert summary["stop_reason"] == "idle_timeout"
-    ids = [i for _, batch in _trained(log) for i in batch]
+    ids = [i for _, batch in trained_batches(log) for i in batch]
     counts = collections.Counter(ids)
     assert set(counts) == valid, f"lost: {sorted(valid - set(counts))[:20]}"
     assert not set(counts) & poison  # executed: no poison row
