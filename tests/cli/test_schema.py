@@ -45,11 +45,12 @@ def test_run_dir_is_timestamped_outside_slurm(tmp_path, monkeypatch):
 
 
 def _fake_submitit_slurm() -> None:
-    """Stand-in for hydra-submitit-launcher's ``hydra/launcher/submitit_slurm`` schema."""
+    """Stand-in for ``hydra/launcher/lit_amp_submitit_slurm`` (hydra_plugins/lit_amp_slurm),
+    which registers only where hydra-submitit-launcher is installed (the GPU machine lacks it)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(group="hydra/launcher", name="submitit_slurm", node={
-        "_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+    ConfigStore.instance().store(group="hydra/launcher", name="lit_amp_submitit_slurm", node={
+        "_target_": "hydra_plugins.lit_amp_slurm.launcher.LitAmpSlurmLauncher",
         "timeout_min": 60, "nodes": 1, "tasks_per_node": 1, "gpus_per_node": None,
         "cpus_per_task": None, "mem_gb": None, "partition": None, "max_num_timeout": 0,
         "signal_delay_s": 120, "submitit_folder": "x", "additional_parameters": {},
