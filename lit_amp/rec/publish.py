@@ -9,14 +9,16 @@ Two kinds of files, on two cadences:
 
   - *full* (:func:`publish_weights`): ``model-{step:012d}.pt`` holding
     ``{"network": state_dict, "step", "records", "published_at", "format"}``;
-  - *delta* (:class:`DeltaPublisher`): numbered versions. ``full-{version:012d}.pt`` holds
-    the whole ``state_dict``; ``delta-{version:012d}.pt`` only the rows (and the dense
-    tensors) changed since version ``version - 1`` (:class:`~lit_amp.rec.touched.TouchedRows`),
-    so its size follows the rows a stream touched, not the table size. Every file carries
-    its full snapshot's version and chain id and a CRC32 of its content; the reader replays
-    the deltas after the newest full snapshot in order and refuses a torn, missing or
-    out-of-order one (the version is then the full snapshot plus the deltas before it, and
-    a warning says which file was refused and why).
+  - *delta* (:class:`DeltaPublisher`): numbered versions of one chain per publisher.
+    ``full-{version:012d}.pt`` holds the whole ``state_dict``; ``delta-{version:012d}.pt``
+    only the rows (and the dense tensors) changed since version ``version - 1``
+    (:class:`~lit_amp.rec.touched.TouchedRows`), so its size follows the rows a stream
+    touched, not the table size. A version may have both. Every file carries its version,
+    the version it applies to, its chain id and a CRC32 of its content (a full snapshot
+    written in the background: in ``<file>.crc``); the reader replays the deltas after the
+    newest readable full snapshot in order and refuses a torn, missing or out-of-order one
+    (the version is then the full snapshot plus the deltas before it, and a warning says
+    which file was refused and why).
 
 - **checkpoints** (``ckpt_dir``): ``online-{step:012d}.ckpt`` (lit_amp checkpoint format)
   holding the network, the optimizer, the loss-scale state and, under ``"online"``, the
@@ -38,7 +40,9 @@ from typing import Any
 import torch
 
 from lit_amp._io import atomic_write
-from lit_amp._validation import check_int, check_number
+from lit_amp._validation import check_bool, check_int, check_number
+from lit_amp.rec.full_writer import BackgroundFullWriter, streamable
+from lit_amp.rec.online.snapshot import SnapshotBroken
 from lit_amp.rec.touched import TouchedRows
 from lit_amp.serialization import load_checkpoint
 
@@ -127,11 +131,12 @@ def publish_weights(
     return path
 
 
-def _remove(path: str) -> None:
+def _remove(path: str, *, quiet: bool = False) -> None:
     try:
         os.remove(path)
     except OSError as exc:
-        log.warning("Could not remove the old published file %s: %s", path, exc)
+        if not quiet:
+            log.warning("Could not remove the old published file %s: %s", path, exc)
 
 
 # ---------------------------------------------------------------------------------- versions
@@ -157,29 +162,38 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _versions(directory: str) -> dict[int, str]:
-    """``{version: file name}`` of the versioned files in ``directory``."""
+def _versions(directory: str) -> tuple[dict[int, str], dict[int, str]]:
+    """``({version: full file name}, {version: delta file name})`` of ``directory``."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
-        return {}
-    out = {}
+        return {}, {}
+    fulls: dict[int, str] = {}
+    deltas: dict[int, str] = {}
     for n in names:
         m = _VERSIONED.match(n)
         if m:
-            out[int(m.group(2))] = n
-    return out
+            (fulls if m.group(1) == "full" else deltas)[int(m.group(2))] = n
+    return fulls, deltas
 
 
 class DeltaPublisher:
     """Publishes ``network`` as numbered versions: full snapshots and the deltas between them.
 
     The first publish of a publisher is a full snapshot (a restart cannot know what changed
-    before it); then every publish writes a delta of the rows changed since the previous
-    version, except every ``full_every_n_publishes``-th publish and a delta that would be
-    larger than ``max_delta_fraction`` of a full snapshot, which are full snapshots. Versions
-    continue the numbers found in ``publish_dir``. After a full snapshot, the files older
-    than the newest ``keep_full_max`` full snapshots are deleted.
+    before it, so it starts a new chain); then every publish writes a delta of the rows
+    changed since the previous version. Every ``full_every_n_publishes``-th publish, and a
+    publish whose delta would be larger than ``max_delta_fraction`` of a full snapshot, also
+    writes a full snapshot of the same version in the same chain, so that a new reader
+    replays few deltas. Versions continue the numbers found in ``publish_dir``. After a full
+    snapshot, the files older than the newest ``keep_full_max`` full snapshots are deleted.
+
+    With ``background=True`` a full snapshot is written in a thread while training goes on
+    (:class:`~lit_amp.rec.full_writer.BackgroundFullWriter`); the publish that starts it
+    writes the delta of its version too (so readers stay fresh during the write), unless
+    that delta is the oversized kind. ``LATEST`` names a version only once a full snapshot
+    at or before it in the chain is on disk; a full snapshot due while another is being
+    written waits for the next publish after it.
 
     Rows are tracked from the gradients (:class:`~lit_amp.rec.touched.TouchedRows`): every
     optimizer that steps ``network`` must be passed to :meth:`attach`.
@@ -189,9 +203,10 @@ class DeltaPublisher:
         publish_dir: the folder (created if missing).
         full_every_n_publishes: a full snapshot every this many publishes.
         max_delta_fraction: a delta larger than this fraction of a full snapshot's bytes is
-            written as a full snapshot.
+            replaced by a full snapshot.
         keep_full_max: full snapshots kept, each with its deltas (at least 2 keeps a reader
             that is replaying the previous chain safe from the pruning).
+        background: write full snapshots in a thread (call :meth:`close` at the end).
 
     Raises:
         TypeError / ValueError: an argument of the wrong type or out of range.
@@ -220,6 +235,7 @@ class DeltaPublisher:
         full_every_n_publishes: int = 50,
         max_delta_fraction: float = 0.25,
         keep_full_max: int = 2,
+        background: bool = False,
     ) -> None:
         owner = "DeltaPublisher"
         self.full_every = check_int(owner, "full_every_n_publishes", full_every_n_publishes,
@@ -227,15 +243,21 @@ class DeltaPublisher:
         self.max_fraction = check_number(owner, "max_delta_fraction", max_delta_fraction,
                                          minimum=0.0, maximum=1.0)
         self.keep_full = check_int(owner, "keep_full_max", keep_full_max, minimum=1)
+        self.background = check_bool(owner, "background", background)
         self.network = network
         self.directory = os.fspath(publish_dir)
         self.touched = TouchedRows(network)
-        versions = _versions(self.directory)
-        self.version = max(versions, default=0)  # the newest version on disk
-        self.full_version: int | None = None  # this publisher's newest full snapshot
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self._writer: BackgroundFullWriter | None = None
+        fulls, deltas = _versions(self.directory)
+        self.version = max([*fulls, *deltas], default=0)  # the newest version on disk
+        self.full_version: int | None = None  # this chain's newest full snapshot on disk
         self.chain: str | None = None
         self.deltas_since_full = 0
-        #: what the last publish wrote: "full" or "delta", its file size and changed rows
+        self._newest: str | None = None  # this chain's newest file written
+        # a version whose only file is a full snapshot still being written: LATEST waits
+        self._hold: int | None = None
+        #: what the last publish wrote in the loop: "full" or "delta", its size and rows
         self.last_kind: str | None = None
         self.last_bytes = 0
         self.last_rows = 0
@@ -243,22 +265,27 @@ class DeltaPublisher:
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         """Track the rows ``optimizer`` changes (see :class:`~lit_amp.rec.touched.TouchedRows`)."""
         self.touched.attach(optimizer)
+        self._optimizers.append(optimizer)
 
     def detach(self) -> None:
         """Unhook the optimizers."""
         self.touched.detach()
 
     def publish(self, step: int, *, records: int = 0, extra: dict[str, Any] | None = None) -> str:
-        """Write the next version (full or delta), then point ``LATEST`` at it.
+        """Write the next version (a delta, a full snapshot or both), then point ``LATEST`` at
+        it once a full snapshot of its chain is on disk.
 
         Returns:
-            The path of the new file.
+            The path of the file written in the loop (the delta when there is one; a full
+            snapshot written in the background may not be on disk yet).
 
         Raises:
             OSError: the write failed; ``LATEST`` still names the previous version, and the
-                next publish covers the rows this one would have.
+                next publish covers the rows this one would have. A background full
+                snapshot's failure is raised by the next publish (or :meth:`close`).
             RuntimeError: a value to write is NaN / inf (nothing is written).
         """
+        self._collect()
         changes = self.touched.take()
         try:
             return self._publish(changes, step, records, extra)
@@ -271,48 +298,124 @@ class DeltaPublisher:
         version = self.version + 1
         header = {"format": DELTA_FORMAT, "version": version, "step": int(step),
                   "records": int(records)}
+        busy = self._writer is not None and self._writer.busy()
+        want_full = self.chain is None or self.deltas_since_full + 1 >= self.full_every
         delta = None
-        if self.chain is not None and self.deltas_since_full + 1 < self.full_every:
+        if self.chain is not None:
             delta = _delta_of(state, changes, self.touched.train_state)
             full_bytes = sum(_nbytes(t) for t in state.values())
             size = sum(_nbytes(t) for t in (*delta[0].values(), *delta[1].values()))
-            if size > self.max_fraction * full_bytes:
-                delta = None
-        if delta is None:
-            chain = uuid.uuid4().hex
-            payload = {**header, "kind": "full", "base": None, "full": version, "chain": chain,
-                       "network": state, "rows": {}}
-        else:
-            chain = self.chain
+            if size > self.max_fraction * full_bytes and not busy:
+                delta, want_full = None, True
+        full = want_full and not busy
+        if full and not self.background:
+            delta = None  # the full snapshot, written now, is this version
+        chain = uuid.uuid4().hex if self.chain is None else self.chain
+        extra = {"published_at": time.time(), **(extra or {})}
+        path = None
+        if delta is not None:
             payload = {**header, "kind": "delta", "base": self.version,
                        "full": self.full_version, "chain": chain,
-                       "network": delta[0], "rows": delta[1]}
-        payload.update({"published_at": time.time(), **(extra or {})})
+                       "network": delta[0], "rows": delta[1], **extra}
+            path = self._write(payload, version)
+            self.deltas_since_full += 1
+        if full:
+            kind, nbytes, rows = self.last_kind, self.last_bytes, self.last_rows
+            payload = {**header, "kind": "full", "base": None, "full": version, "chain": chain,
+                       "network": dict(sorted(state.items())), "rows": {}, **extra}
+            full_path = self._write_full(payload, version)
+            if path is None:
+                path = full_path
+                if self._writer is not None and self._writer.pending is not None and \
+                        self._hold is None:
+                    self._hold = version  # no delta of this version until the full lands
+            else:  # the delta is what this publish wrote in the loop
+                self.last_kind, self.last_bytes, self.last_rows = kind, nbytes, rows
+        self.version, self.chain = version, chain
+        self._move_latest()
+        return path
+
+    def _write(self, payload: dict, version: int) -> str:
+        """Check and write a versioned file now; remember it as the chain's newest."""
         _refuse_nonfinite(payload["network"], version)
         payload["checksum"] = _checksum(payload)
         name = f"{payload['kind']}-{version:012d}.pt"
         path = os.path.join(self.directory, name)
         atomic_write(path, lambda f: torch.save(payload, f))
-        _write_latest(self.directory, name)
-        self.version, self.chain = version, chain
+        self._newest = name
         self.last_kind, self.last_bytes = payload["kind"], os.path.getsize(path)
         self.last_rows = sum(int(r.numel()) for r in payload["rows"].values())
-        if delta is None:
-            self.full_version, self.deltas_since_full = version, 0
-            self._prune()
-        else:
-            self.deltas_since_full += 1
         return path
 
+    def _write_full(self, payload: dict, version: int) -> str:
+        self.deltas_since_full = 0
+        if not self.background or not streamable(payload["network"]):
+            path = self._write(payload, version)
+            self._full_written(version)
+            return path
+        if self._writer is None:
+            self._writer = BackgroundFullWriter(self._optimizers, self.network)
+        name = f"full-{version:012d}.pt"
+        path = os.path.join(self.directory, name)
+        payload["checksum"] = None  # in <name>.crc, computed as the file is written
+        crc = zlib.crc32(repr([payload.get(k) for k in _HEADER]).encode())
+        self._writer.start(payload, crc, version, path)
+        self.last_kind, self.last_rows = "full", 0
+        self.last_bytes = sum(_nbytes(t) for t in payload["network"].values())
+        return path
+
+    def _full_written(self, version: int) -> None:
+        self.full_version = version
+        if self._hold is not None and version >= self._hold:
+            self._hold = None
+        if self._newest is None or version >= self.version:
+            self._newest = f"full-{version:012d}.pt"
+        self._prune()
+
+    def _move_latest(self) -> None:
+        """Point ``LATEST`` at the chain's newest file once a full snapshot is under it."""
+        if self.full_version is not None and self._newest is not None and self._hold is None:
+            _write_latest(self.directory, self._newest)
+
+    def _collect(self, wait: bool = False) -> None:
+        """Take the result of the background full snapshot, if it is done (or ``wait``)."""
+        done = None if self._writer is None else self._writer.collect(wait)
+        if done is None:
+            return
+        version, path, error = done
+        if error is None:
+            self._full_written(version)
+            self._move_latest()
+            return
+        self.deltas_since_full = self.full_every  # the next publish starts another one
+        if isinstance(error, SnapshotBroken):
+            self._writer.broken()
+            log.warning("DeltaPublisher: the full snapshot %s was abandoned (%s); the next "
+                        "publish writes another.", os.path.basename(path), error)
+            return
+        raise error
+
+    def close(self) -> None:
+        """Wait for the full snapshot being written, point ``LATEST`` at the newest version,
+        and stop the background writer (a no-op without one). Raises its failure, if any."""
+        if self._writer is None:
+            return
+        try:
+            self._collect(wait=True)
+        finally:
+            self._writer.close()
+            self._writer = None
+
     def _prune(self) -> None:
-        versions = _versions(self.directory)
-        fulls = sorted(v for v, n in versions.items() if n.startswith("full-"))
+        fulls, deltas = _versions(self.directory)
+        kept = sorted(fulls)[-self.keep_full:]
         if len(fulls) <= self.keep_full:
             return
-        oldest_kept = fulls[-self.keep_full]
-        for v, n in versions.items():
-            if v < oldest_kept:
+        for v, n in [*fulls.items(), *deltas.items()]:
+            if v < kept[0]:
                 _remove(os.path.join(self.directory, n))
+                if n.startswith("full-"):
+                    _remove(os.path.join(self.directory, n + ".crc"), quiet=True)
 
 
 def _refuse_nonfinite(tensors: dict[str, torch.Tensor], version: int) -> None:
@@ -424,18 +527,18 @@ def load_published(
 
 
 def _load_versioned(directory: str, head: int, network: Any, since: dict | None) -> dict:
-    versions = _versions(directory)
-    fulls = sorted((v for v, n in versions.items() if v <= head and n.startswith("full-")),
-                   reverse=True)
+    full_files, deltas = _versions(directory)
+    fulls = sorted((v for v in full_files if v <= head), reverse=True)
+    # a full snapshot newer than ``since`` may start a new chain: then it is loaded whole
     if since is not None and since.get("format") == DELTA_FORMAT and fulls and \
-            since.get("full") == fulls[0] and since.get("version", head + 1) <= head:
+            fulls[0] <= since.get("version", -1) <= head:
         if since["version"] == head:
             return since
         # a new dict (``since``'s version stays as it was); the tensors are updated in place
-        return _replay(directory, versions, {**since, "refused": None}, head, network)
+        return _replay(directory, deltas, {**since, "refused": None}, head, network)
     errors = []
     for full in fulls:
-        name = versions[full]
+        name = full_files[full]
         try:
             payload = _read_versioned(directory, name, "full", full)
         except ValueError as exc:
@@ -447,7 +550,7 @@ def _load_versioned(directory: str, head: int, network: Any, since: dict | None)
             network.load_state_dict(payload["network"])
             payload["network"] = network.state_dict()  # the network's own tensors
         payload["refused"] = None
-        return _replay(directory, versions, payload, head, network)
+        return _replay(directory, deltas, payload, head, network)
     raise ValueError(
         f"load_published: no readable full snapshot at or before version {head} in "
         f"{directory!r} ({'; '.join(errors)[:2000] or 'none found'})."
@@ -464,24 +567,35 @@ def _read_versioned(directory: str, name: str, kind: str, version: int) -> dict:
     if payload.get("kind") != kind or payload.get("version") != version:
         raise ValueError(f"{name} holds {payload.get('kind')} version "
                          f"{payload.get('version')}, not {kind} version {version}")
+    expected = payload.get("checksum")
+    if expected is None and kind == "full":  # written in the background: beside the file
+        expected = _sidecar_checksum(os.path.join(directory, name + ".crc"), name)
     try:
         crc = _checksum(payload)
     except Exception as exc:  # a value of the wrong type in a crafted file
         raise ValueError(f"{name} cannot be checked ({type(exc).__name__}: {exc})") from exc
-    if crc != payload.get("checksum"):
+    if crc != expected:
         raise ValueError(f"{name} fails its checksum (torn or altered)")
     return payload
 
 
-def _replay(directory: str, versions: dict, payload: dict, head: int, network: Any) -> dict:
+def _sidecar_checksum(path: str, name: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return int(f.read(32).decode().strip())
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name} has no readable checksum file ({exc})") from exc
+
+
+def _replay(directory: str, deltas: dict, payload: dict, head: int, network: Any) -> dict:
     """Apply the deltas after ``payload``'s version up to ``head`` in order; stop at the
     first one that is missing, unreadable or does not continue the chain."""
     loaders = _row_loaders(network)
     while payload["version"] < head:
         v = payload["version"] + 1
-        name = versions.get(v, f"delta-{v:012d}.pt")
+        name = deltas.get(v, f"delta-{v:012d}.pt")
         try:
-            if v not in versions or not name.startswith("delta-"):
+            if v not in deltas:
                 raise ValueError(f"{name} is missing")
             delta = _read_versioned(directory, name, "delta", v)
             _check_delta(delta, payload, name)
@@ -512,8 +626,7 @@ def _replay(directory: str, versions: dict, payload: dict, head: int, network: A
 def _check_delta(delta: dict, payload: dict, name: str) -> None:
     """Refuse a delta that does not continue ``payload``'s chain or does not fit its tensors
     (checked whole before any of it is applied: a delta is applied entirely or not at all)."""
-    if delta.get("chain") != payload["chain"] or delta.get("full") != payload["full"] or \
-            delta.get("base") != payload["version"]:
+    if delta.get("chain") != payload["chain"] or delta.get("base") != payload["version"]:
         raise ValueError(
             f"{name} does not continue version {payload['version']} of full snapshot "
             f"{payload['full']} (it applies to version {delta.get('base')} of full snapshot "

@@ -389,10 +389,8 @@ class OnlineLoop(MindSporeCallbackBridge):
             return None
         return output * weight
 
-    def _finish(self) -> None:
+    def _finish(self, *, failing: bool = False) -> None:
         self.stop.finish()
-        if self.publisher is not None:
-            self.publisher.finish()
         if self._fill_hook is not None:
             self._fill_hook.remove()
             self._fill_hook = None
@@ -409,6 +407,8 @@ class OnlineLoop(MindSporeCallbackBridge):
         s.steps = s.total_steps - self._start_step
         s.records = s.total_records - self._start_records
         s.elapsed_s = time.monotonic() - self._t0 if self._t0 else 0.0
+        if self.publisher is not None:  # waits for a full snapshot being written
+            self.publisher.finish(quiet=failing)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
@@ -418,4 +418,4 @@ class OnlineLoop(MindSporeCallbackBridge):
         finally:
             if self.checkpoints is not None:
                 self.checkpoints.close(quiet=True)  # the write in flight completes
-            self._finish()
+            self._finish(failing=True)

@@ -196,6 +196,9 @@ class PublishOptions:
     gradients and an optimizer that moves only their rows (``LazyAdam``, ``SparseAdam``,
     ``Adagrad``, ``SGD`` without momentum); otherwise the table is written whole. The weights
     must change only through the optimizer (a change made from a callback is not seen).
+    With ``background=True`` (the default) a full snapshot is written by a thread while
+    training goes on (the delta of its version is written at once; ``LATEST`` moves past a
+    version only once a full snapshot under it is on disk).
 
     Args:
         publish_dir: the folder (kept as an absolute path; created when needed).
@@ -208,6 +211,7 @@ class PublishOptions:
         full_every_n_publishes: with ``delta``, a full snapshot every this many publishes.
         max_delta_fraction: with ``delta``, a larger delta (its bytes over a full snapshot's)
             is written as a full snapshot.
+        background: with ``delta``, write full snapshots in a background thread.
 
     Raises:
         TypeError: a field of the wrong type.
@@ -229,10 +233,12 @@ class PublishOptions:
     delta: bool = False
     full_every_n_publishes: int = 50
     max_delta_fraction: float = 0.25
+    background: bool = True
 
     def __post_init__(self) -> None:
         owner = "PublishOptions"
         check_bool(owner, "delta", self.delta)
+        check_bool(owner, "background", self.background)
         check_positive_int(owner, "full_every_n_publishes", self.full_every_n_publishes)
         _set(self, "max_delta_fraction", check_number(
             owner, "max_delta_fraction", self.max_delta_fraction, minimum=0.0, maximum=1.0))

@@ -60,13 +60,23 @@ class Publisher:
         if o.delta:
             self.delta = DeltaPublisher(
                 self.network, o.publish_dir, full_every_n_publishes=o.full_every_n_publishes,
-                max_delta_fraction=o.max_delta_fraction, keep_full_max=o.keep_published_max)
+                max_delta_fraction=o.max_delta_fraction, keep_full_max=o.keep_published_max,
+                background=o.background)
             for opt in optimizers:
                 self.delta.attach(opt)
 
-    def finish(self) -> None:
-        """Unhook the optimizers."""
-        if self.delta is not None:
+    def finish(self, *, quiet: bool = False) -> None:
+        """Wait for a full snapshot being written and unhook the optimizers; its failure is
+        raised (logged when ``quiet``: the run is already failing)."""
+        if self.delta is None:
+            return
+        try:
+            self.delta.close()
+        except Exception:
+            if not quiet:
+                raise
+            log.exception("online_train: the last full snapshot could not be published")
+        finally:
             self.delta.detach()
 
     def time_due(self, now: float) -> bool:
@@ -95,15 +105,15 @@ class Publisher:
         records = self.summary.total_records
         if self.delta is not None:
             path = self.delta.publish(step, records=records)
-            kind = self.delta.last_kind
+            kind, nbytes = self.delta.last_kind, self.delta.last_bytes
         else:
             path = publish_weights(self.network, o.publish_dir, step, records=records,
                                    keep=o.keep_published_max)
-            kind = "full"
+            kind, nbytes = "full", os.path.getsize(path)
         self.summary.last_published = path
         log.debug("online_train: published %s", path)
         if o.publish_hook is not None:
             o.publish_hook({
                 "path": path, "step": step, "records": records, "published_at": time.time(),
-                "cursor": cursor, "kind": kind, "bytes": os.path.getsize(path),
+                "cursor": cursor, "kind": kind, "bytes": nbytes,
             })

@@ -32,7 +32,7 @@ import os
 import pickle
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 import torch
@@ -242,6 +242,18 @@ class _StorageStream:
                                "holds (nothing written).")
 
 
+class _Tap:
+    """A file whose writes are also shown to ``tap(key, chunk)`` (when given)."""
+
+    def __init__(self, f: IO[bytes], key: int, tap: Any) -> None:
+        self.f, self.key, self.tap = f, key, tap
+
+    def write(self, b: memoryview) -> int:
+        if self.tap is not None:
+            self.tap(self.key, b)
+        return self.f.write(b)
+
+
 def _as_bytes(t: torch.Tensor) -> memoryview:
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
@@ -254,8 +266,9 @@ class Snapshot:
         stats: what :meth:`write` took (set by it).
     """
 
-    def __init__(self, lock: threading.Lock | None = None) -> None:
+    def __init__(self, lock: threading.Lock | None = None, weights: str = "state_dict") -> None:
         self.payload: Any = None
+        self._weights_at = f"/{weights}/"  # where the weights checked for NaN / inf sit
         self.stats = SnapshotStats()
         self._lock = lock or threading.Lock()
         self._protected: dict[int, tuple[_Protected, int]] = {}  # storage -> (group, tensor)
@@ -307,9 +320,9 @@ class Snapshot:
                 clone = self._clones[key] = t.untyped_storage().clone()
             frozen = torch.empty(0, dtype=t.dtype).set_(clone, t.storage_offset(), t.size(),
                                                         t.stride())
-        if path.startswith("/state_dict/") and t.is_floating_point():
+        if path.startswith(self._weights_at) and t.is_floating_point():
             written = frozen.untyped_storage()._cdata  # what the writer will meet
-            self._weights.setdefault(written, []).append((path[len("/state_dict/"):], frozen))
+            self._weights.setdefault(written, []).append((path[len(self._weights_at):], frozen))
         return frozen
 
     # ------------------------------------------------------------------ copy-on-write
@@ -370,8 +383,13 @@ class Snapshot:
                 self._versions = {k: (t, t._version) for k, (t, _) in self._versions.items()}
 
     # ------------------------------------------------------------------ writing
-    def write(self, path: str | os.PathLike) -> SnapshotStats:
+    def write(self, path: str | os.PathLike, *,
+              tap: Callable[[int, memoryview], Any] | None = None) -> SnapshotStats:
         """Write the snapshot to ``path`` atomically (a temp file renamed into place).
+
+        ``tap(storage, chunk)``, if given, sees every chunk of tensor bytes as it is written,
+        in file order (``storage``: the ``_cdata`` of the frozen tensor's storage): a reader of
+        the file's bytes without a second pass, e.g. for a checksum.
 
         Returns:
             :attr:`stats`.
@@ -384,7 +402,7 @@ class Snapshot:
         """
         t0 = time.monotonic()
         try:
-            writers = [(s.nbytes(), self._writer(s)) for s in _storage_order(self.payload)
+            writers = [(s.nbytes(), self._writer(s, tap)) for s in _storage_order(self.payload)
                        if s.nbytes()]
 
             def fill(f: IO[bytes]) -> None:
@@ -408,14 +426,14 @@ class Snapshot:
         self.stats.write_s = time.monotonic() - t0
         return self.stats
 
-    def _writer(self, storage: torch.UntypedStorage) -> Any:
+    def _writer(self, storage: torch.UntypedStorage, tap: Any = None) -> Any:
         key = storage._cdata
         weights = self._weights.get(key, [])
         if key in self._protected:
             group, i = self._protected[key]
             name = weights[0][0] if weights else None
-            return lambda f: self._write_rows(f, group, i, name)
-        return lambda f: self._write_owned(f, storage, weights)
+            return lambda f: self._write_rows(_Tap(f, key, tap), group, i, name)
+        return lambda f: self._write_owned(_Tap(f, key, tap), storage, weights)
 
     def _write_owned(self, f: IO[bytes], storage: torch.UntypedStorage,
                      weights: list[tuple[str, torch.Tensor]]) -> None:
@@ -525,17 +543,18 @@ class Snapshots:
         if snap is not None:
             snap.after_step()
 
-    def take(self, payload: Any) -> Snapshot:
+    def take(self, payload: Any, *, weights: str = "state_dict") -> Snapshot:
         """Freeze ``payload`` now; training may go on while the snapshot is written.
 
         Call it between optimizer steps, in the training thread, once the previous snapshot's
-        :meth:`Snapshot.write` has returned.
+        :meth:`Snapshot.write` has returned. ``payload[weights]`` holds the weights checked
+        for NaN / inf as they are written.
         """
         prev = self._active
         if prev is not None and not prev._done:
             raise RuntimeError("Snapshots.take: the previous snapshot is still being written; "
                                "wait for its write (or release it) first.")
-        snap = Snapshot(self._lock)
+        snap = Snapshot(self._lock, weights)
         for opt in self.optimizers:
             for group in opt.param_groups:
                 if not _row_local(opt, group):
