@@ -98,6 +98,9 @@ class NonFiniteGuard:
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not params:
             return
+        for p in params:  # coalesced once, here: the optimizer's own coalesce is then free
+            if p.grad.is_sparse and not p.grad.is_coalesced():
+                p.grad = p.grad.coalesce()
         flags = [_finite(p.grad) for p in params]
         try:
             ok = bool(torch.stack(flags).all())  # one device sync
