@@ -691,6 +691,21 @@ def _publish_summary(thr: dict, publish_every: float) -> dict:
     }
 
 
+def fault_in(net: nn.Module, opt: torch.optim.Optimizer, batch: int, stream: tuple) -> None:
+    """One step (the optimizer state exists), then every page of the parameters and the
+    optimizer state written once: the bare step is not timed on first-touch page faults of
+    the lazily zeroed state, which the online phases after it no longer pay."""
+    gen, schema = make_stream(stream, batch), SyntheticClickSource(batch_size=batch).schema
+    features, label = schema.to_batch(gen.columns(0))
+    opt.zero_grad(set_to_none=True)
+    nn.BCEWithLogitsLoss()(net(features), label).backward()
+    opt.step()
+    with torch.no_grad():
+        for t in [*net.parameters(), *(v for st in opt.state.values() for v in st.values()
+                                       if torch.is_tensor(v) and v.is_floating_point())]:
+            t.add_(0)
+
+
 def run_size(vocab: int, o: dict) -> dict:
     """One size of the scale axis, in this (fresh) process: bare step, throughput,
     freshness."""
@@ -702,6 +717,7 @@ def run_size(vocab: int, o: dict) -> dict:
     net, opt = scale_model(vocab, o["optimizer"], o["collisionless"])
     init_s = time.monotonic() - t0
     stream = ("criteo", o["new_frac"])
+    fault_in(net, opt, o["batch"], stream)
     print(f"[{vocab:,}] bare step for {o['bare_seconds']:.0f} s ...", flush=True)
     base = run_baseline(o["bare_seconds"], o["batch"], net, opt, stream, n_batches=100)
     sizes = state_bytes(net, opt)
