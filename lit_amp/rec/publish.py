@@ -42,6 +42,7 @@ import torch
 from lit_amp._io import atomic_write
 from lit_amp._validation import check_bool, check_int, check_number
 from lit_amp.rec.full_writer import BackgroundFullWriter, streamable
+from lit_amp.rec.online.guard import all_finite
 from lit_amp.rec.online.snapshot import SnapshotBroken
 from lit_amp.rec.touched import TouchedRows
 from lit_amp.serialization import load_checkpoint
@@ -420,7 +421,7 @@ class DeltaPublisher:
 
 def _refuse_nonfinite(tensors: dict[str, torch.Tensor], version: int) -> None:
     for key, t in tensors.items():
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        if t.is_floating_point() and not all_finite(t):
             raise RuntimeError(
                 f"DeltaPublisher: version {version} holds a non-finite value in {key!r}, so it "
                 "is not published (serving it would spread NaN); LATEST still names the "

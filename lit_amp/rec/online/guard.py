@@ -20,9 +20,30 @@ from typing import Any
 
 import torch
 
-__all__ = ["NonFiniteGuard", "first_nonfinite", "refuse_nonfinite"]
+__all__ = ["NonFiniteGuard", "all_finite", "first_nonfinite", "refuse_nonfinite"]
 
 log = logging.getLogger(__name__)
+
+
+#: elements checked at a time by :func:`all_finite` (``torch.isfinite`` of a float tensor makes
+#: temporaries of about 1.75 x its size: on a whole 1.8 GB table, a 3 GB peak)
+FINITE_CHUNK = 1 << 22
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether ``t`` holds no NaN / inf, checked a chunk at a time (little extra memory).
+
+    Example:
+        >>> all_finite(torch.ones(10)), all_finite(torch.tensor([1.0, float("inf")]))
+        (True, False)
+    """
+    if t.is_sparse:
+        t = t.coalesce().values()
+    if not t.is_floating_point() and not t.is_complex():
+        return True
+    if t.numel() <= FINITE_CHUNK or not t.is_contiguous():
+        return bool(torch.isfinite(t).all())
+    return all(bool(torch.isfinite(c).all()) for c in t.reshape(-1).split(FINITE_CHUNK))
 
 
 def _finite(t: torch.Tensor) -> torch.Tensor:
@@ -48,7 +69,7 @@ def first_nonfinite(module: torch.nn.Module) -> str | None:
     # named_parameters / named_buffers visit each tensor once, even in a module graph with
     # shared or cyclic references (state_dict() would recurse)
     for name, t in itertools.chain(module.named_parameters(), module.named_buffers()):
-        if t.is_floating_point() and not bool(_finite(t.detach())):
+        if t.is_floating_point() and not all_finite(t.detach()):
             return name
     return None
 

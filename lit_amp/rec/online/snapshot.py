@@ -38,6 +38,7 @@ from typing import IO, Any
 import torch
 
 from lit_amp._io import atomic_write
+from lit_amp.rec.online.guard import all_finite
 from lit_amp.rec.touched import _row_local
 
 __all__ = ["Snapshot", "SnapshotBroken", "SnapshotStats", "Snapshots"]
@@ -468,7 +469,7 @@ class Snapshot:
 
     @staticmethod
     def _check_finite(t: torch.Tensor, name: str) -> None:
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        if t.is_floating_point() and not all_finite(t):
             raise RuntimeError(
                 f"online_train: the checkpoint holds a non-finite value in {name!r}, so it is "
                 "not written (resuming it would spread NaN); the previous checkpoint is kept. "

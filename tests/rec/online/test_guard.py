@@ -7,9 +7,11 @@ the model; the record-level defence is in tests/faults/test_poison.py.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lit_amp.rec import PublishOptions, StopOptions
+from lit_amp.rec.online import guard
 from lit_amp.rec.publish import load_published
 from tests.rec._helpers import make_model
 
@@ -83,3 +85,15 @@ def test_non_finite_weights_are_never_published_or_checkpointed(tmp_path):
     assert all(torch.isfinite(v).all() for v in served["network"].values()
                if v.is_floating_point())
     assert latest_checkpoint(tmp_path / "ckpt")[1]["online"]["step"] == 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_all_finite_finds_a_bad_value_in_any_chunk(bad, monkeypatch):
+    monkeypatch.setattr(guard, "FINITE_CHUNK", 7)  # a table checked 7 values at a time
+    t = torch.randn(10, 5)
+    assert guard.all_finite(t) and guard.all_finite(t.t())  # contiguous and not
+    for at in (0, 6, 7, 49):  # the first, last of a chunk, first of the next, last value
+        u = t.clone()
+        u.view(-1)[at] = bad
+        assert not guard.all_finite(u) and not guard.all_finite(u.t())
+    assert guard.all_finite(torch.arange(100))  # integers hold no NaN
