@@ -6,15 +6,14 @@ from __future__ import annotations
 import collections
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from lit_amp.rec.publish import latest_checkpoint, list_checkpoints
+from tests.faults._kill import kill_when
 from tests.faults._trained_log import trained_batches
 from tests.rec._helpers import fill_dir
 
@@ -33,19 +32,9 @@ def test_kill_during_a_slow_background_write_loses_nothing(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # 1) the second checkpoint (step 6) is written slowly; training goes on meanwhile, and the
     # trainer is killed once two more steps are trained, in the middle of that write
-    proc = subprocess.Popen([*cmd, "--sleep", "0.05", "--slow", "0.2", "--marker", str(marker)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 90
-        while not (marker.exists() and len(trained_batches(log)) >= 2 * CKPT_EVERY + 2):
-            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "the slow write did not start in time"
-            time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill_when([*cmd, "--sleep", "0.05", "--slow", "0.2", "--marker", str(marker)], env,
+              lambda: marker.exists() and len(trained_batches(log)) >= 2 * CKPT_EVERY + 2,
+              "the slow write")
     run1 = trained_batches(log)
     assert marker.read_text().endswith("online-000000000006.ckpt")
     assert [s for s, _ in run1] == list(range(1, len(run1) + 1)) and len(run1) > 6

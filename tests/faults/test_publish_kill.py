@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import zlib
 from pathlib import Path
 
 import pytest
 
 from lit_amp.rec.publish import load_published
+from tests.faults._kill import kill_when
 
 pytestmark = pytest.mark.slow  # two publisher processes: ~10 s on a shared 2-core machine
 
@@ -43,19 +42,10 @@ def test_kill_during_a_background_full_publish_serves_only_whole_versions(tmp_pa
     d, log, marker = tmp_path / "publish", tmp_path / "versions.log", tmp_path / "writing"
     cmd = [sys.executable, WORKER, "--dir", str(d), "--log", str(log)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([*cmd, "--slow", "60", "--marker", str(marker)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:  # full snapshot 4 is being written; deltas 5 and 6 are published meanwhile
-        deadline = time.monotonic() + 90
-        while not (marker.exists() and max(_logged(log), default=0) >= 6):
-            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "the slow full snapshot did not start in time"
-            time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # full snapshot 4 is being written; deltas 5 and 6 are published meanwhile
+    kill_when([*cmd, "--slow", "60", "--marker", str(marker)], env,
+              lambda: marker.exists() and max(_logged(log), default=0) >= 6,
+              "the slow full snapshot")
     names = os.listdir(d)
     assert "full-000000000004.pt" not in names  # the write in flight left only a temp file
     assert any(n.startswith(".tmp-lit_amp-full-000000000004") for n in names)

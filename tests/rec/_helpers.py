@@ -31,6 +31,20 @@ def exact_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return float(((diff > 0).double() + 0.5 * (diff == 0).double()).mean())
 
 
+def sparse_table(rows: int, seed: int = 0) -> tuple[torch.nn.Embedding, torch.optim.Optimizer]:
+    """A sparse ``rows`` x 8 embedding table and its SparseAdam (what delta publishing tracks)."""
+    torch.manual_seed(seed)
+    emb = torch.nn.Embedding(rows, 8, sparse=True)
+    return emb, torch.optim.SparseAdam(emb.parameters(), lr=0.1)
+
+
+def touch_rows(emb: torch.nn.Embedding, opt: torch.optim.Optimizer, ids: Any) -> None:
+    """One optimizer step that changes the rows ``ids`` of ``emb``."""
+    opt.zero_grad()
+    emb(torch.as_tensor(ids)).pow(2).sum().backward()
+    opt.step()
+
+
 def tiny_net(seed: int = 0) -> WideDeep:
     torch.manual_seed(seed)
     return WideDeep(vocab_size=64, embed_dim=4, hidden=(16,))

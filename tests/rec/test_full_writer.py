@@ -13,20 +13,13 @@ import torch
 
 from lit_amp.rec.full_writer import BackgroundFullWriter, streamable
 from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published
+from tests.rec._helpers import sparse_table, touch_rows
 
 ROWS = 100_000  # 3.2 MB of fp32 rows of width 8: copied on write, not cloned
 
 
 def _table(seed: int = 0):
-    torch.manual_seed(seed)
-    emb = torch.nn.Embedding(ROWS, 8, sparse=True)
-    return emb, torch.optim.SparseAdam(emb.parameters(), lr=0.1)
-
-
-def _touch(emb, opt, ids) -> None:
-    opt.zero_grad()
-    emb(torch.as_tensor(ids)).pow(2).sum().backward()
-    opt.step()
+    return sparse_table(ROWS, seed)
 
 
 @pytest.fixture
@@ -49,6 +42,16 @@ def _publisher(emb, opt, d, **kw) -> DeltaPublisher:
     return pub
 
 
+def _first_full_on_disk(d, gate, **kw):
+    """A table, its optimizer and a background publisher whose first full snapshot is written."""
+    emb, opt = _table()
+    pub = _publisher(emb, opt, d, **kw)
+    gate.set()
+    pub.publish(step=1)
+    pub.close()
+    return emb, opt, pub
+
+
 def _full(d, version: int) -> torch.Tensor:
     return torch.load(os.path.join(d, f"full-{version:012d}.pt"), weights_only=True)[
         "network"]["weight"]
@@ -61,7 +64,7 @@ def test_the_first_full_snapshot_is_written_while_training_goes_on(tmp_path, gat
     pub.publish(step=1)
     assert pub.last_kind == "full"
     for step in range(2, 5):  # training goes on while the full snapshot waits to be written
-        _touch(emb, opt, torch.randint(0, ROWS, (500,)))
+        touch_rows(emb, opt, torch.randint(0, ROWS, (500,)))
         pub.publish(step=step)
         assert pub.last_kind == "delta"
         assert latest_published(tmp_path) is None  # no full snapshot on disk yet
@@ -75,15 +78,11 @@ def test_the_first_full_snapshot_is_written_while_training_goes_on(tmp_path, gat
 
 
 def test_a_compaction_keeps_the_chain_and_readers_fresh_during_its_write(tmp_path, gate):
-    emb, opt = _table()
-    pub = _publisher(emb, opt, tmp_path, full_every_n_publishes=3)
-    gate.set()
-    pub.publish(step=1)
-    pub.close()  # the first full snapshot is on disk
+    emb, opt, pub = _first_full_on_disk(tmp_path, gate, full_every_n_publishes=3)
     states = {}
     gate.clear()
     for v in range(2, 6):  # full 3 is due at version 4 and written while 5 is published
-        _touch(emb, opt, [v, 1000 + v])
+        touch_rows(emb, opt, [v, 1000 + v])
         pub.publish(step=v)
         states[v] = emb.weight.detach().clone()
         payload = load_published(tmp_path)
@@ -104,7 +103,7 @@ def test_a_torn_or_unchecked_full_snapshot_falls_back_to_the_older_one(tmp_path,
     pub = _publisher(emb, opt, tmp_path, full_every_n_publishes=2)
     gate.set()
     for v in range(1, 5):  # full 1, delta 2, delta+full 3 (same chain), delta 4
-        _touch(emb, opt, [v])
+        touch_rows(emb, opt, [v])
         pub.publish(step=v)
         pub.close()
     assert {"full-000000000003.pt", "full-000000000003.pt.crc", "delta-000000000003.pt"} <= \
@@ -129,11 +128,11 @@ def test_a_failed_background_write_is_raised_and_the_next_publish_retries(tmp_pa
     pub.publish(step=1)
     pub._writer.pending[0].exception()  # the write has failed
     monkeypatch.undo()
-    _touch(emb, opt, [3])
+    touch_rows(emb, opt, [3])
     with pytest.raises(OSError, match="disk full"):
         pub.publish(step=2)
     assert latest_published(tmp_path) is None
-    _touch(emb, opt, [4])
+    touch_rows(emb, opt, [4])
     pub.publish(step=3)  # version 2 (the failed publish wrote none): another full snapshot
     pub.close()
     payload = load_published(tmp_path)
@@ -142,15 +141,11 @@ def test_a_failed_background_write_is_raised_and_the_next_publish_retries(tmp_pa
 
 
 def test_latest_waits_for_a_version_whose_only_file_is_a_pending_full(tmp_path, gate):
-    emb, opt = _table()
-    pub = _publisher(emb, opt, tmp_path, max_delta_fraction=0.01)
-    gate.set()
-    pub.publish(step=1)
-    pub.close()
+    emb, opt, pub = _first_full_on_disk(tmp_path, gate, max_delta_fraction=0.01)
     gate.clear()
-    _touch(emb, opt, torch.arange(5000))  # 5 % of the rows: a full snapshot, no delta
+    touch_rows(emb, opt, torch.arange(5000))  # 5 % of the rows: a full snapshot, no delta
     pub.publish(step=2)
-    _touch(emb, opt, [7])
+    touch_rows(emb, opt, [7])
     pub.publish(step=3)  # a delta on version 2, which is not on disk yet
     assert os.path.basename(latest_published(tmp_path)) == "full-000000000001.pt"
     gate.set()

@@ -18,21 +18,13 @@ import torch
 from lit_amp.rec import LazyAdam, PublishOptions, StopOptions, WideDeep
 from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published, publish_weights
 from lit_amp.rec.sources import SyntheticClickSource
-from tests.rec._helpers import make_model, tiny_net
+from tests.rec._helpers import make_model, sparse_table, tiny_net, touch_rows
 
 ROW_BYTES = 8 * 4 + 8  # an fp32 row of width 8 plus its int64 index
 
 
 def _table(rows: int = 200_000, seed: int = 0):
-    torch.manual_seed(seed)
-    emb = torch.nn.Embedding(rows, 8, sparse=True)
-    return emb, torch.optim.SparseAdam(emb.parameters(), lr=0.1)
-
-
-def _touch(emb, opt, ids) -> None:
-    opt.zero_grad()
-    emb(torch.as_tensor(ids)).pow(2).sum().backward()
-    opt.step()
+    return sparse_table(rows, seed)
 
 
 def _publisher(emb, opt, d, **kw) -> DeltaPublisher:
@@ -53,7 +45,7 @@ def test_delta_bytes_follow_the_touched_rows_not_the_table(tmp_path):
     assert full > 200_000 * 8 * 4  # the whole table
     sizes = {}
     for k in (10, 100, 1000):
-        _touch(emb, opt, torch.randperm(200_000)[:k])
+        touch_rows(emb, opt, torch.randperm(200_000)[:k])
         path = pub.publish(step=k)
         assert pub.last_kind == "delta" and pub.last_rows == k
         sizes[k] = os.path.getsize(path)
@@ -92,7 +84,7 @@ def _chain(tmp_path, n: int = 5):
     states = {}
     for v in range(1, n + 1):
         if v > 1:
-            _touch(emb, opt, [v, 10 * v])
+            touch_rows(emb, opt, [v, 10 * v])
         pub.publish(step=v)
         states[v] = emb.weight.detach().clone()
     return emb, opt, pub, states
@@ -139,7 +131,7 @@ def test_a_torn_full_snapshot_falls_back_to_the_previous_chain(tmp_path, caplog)
     pub = _publisher(emb, opt, tmp_path, full_every_n_publishes=3)
     states = {}
     for v in range(1, 6):  # full 1, deltas 2-3, full 4, delta 5
-        _touch(emb, opt, [v])
+        touch_rows(emb, opt, [v])
         pub.publish(step=v)
         states[v] = emb.weight.detach().clone()
     (tmp_path / "full-000000000004.pt").write_bytes(b"torn")
@@ -160,9 +152,9 @@ def test_polling_applies_only_the_new_deltas_in_place(tmp_path, monkeypatch):
     served = torch.nn.Embedding(1000, 8)
     payload = load_published(tmp_path, served)
     assert load_published(tmp_path, served, since=payload) is payload  # nothing new
-    _touch(emb, opt, [1, 2])
+    touch_rows(emb, opt, [1, 2])
     pub.publish(step=2)
-    _touch(emb, opt, [3])
+    touch_rows(emb, opt, [3])
     pub.publish(step=3)
     loaded = []
     real_load = torch.load
@@ -176,7 +168,7 @@ def test_polling_applies_only_the_new_deltas_in_place(tmp_path, monkeypatch):
 
 def test_a_failed_write_keeps_latest_and_the_next_delta_covers_its_rows(tmp_path, monkeypatch):
     emb, opt, pub, _ = _chain(tmp_path, n=2)
-    _touch(emb, opt, [500, 501])
+    touch_rows(emb, opt, [500, 501])
 
     def broken_save(obj, f, *a, **k):
         f.write(b"partial bytes")
@@ -188,7 +180,7 @@ def test_a_failed_write_keeps_latest_and_the_next_delta_covers_its_rows(tmp_path
         pub.publish(step=3)
     monkeypatch.setattr("lit_amp.rec.publish.torch.save", real_save)
     assert os.path.basename(latest_published(tmp_path)) == "delta-000000000002.pt"
-    _touch(emb, opt, [7])
+    touch_rows(emb, opt, [7])
     pub.publish(step=4)
     assert pub.last_rows == 3  # rows 500, 501 of the failed publish and row 7
     assert _same(load_published(tmp_path)["network"], emb)
@@ -198,12 +190,12 @@ def test_a_big_delta_becomes_a_full_snapshot_and_old_chains_are_pruned(tmp_path)
     emb, opt = _table(rows=1000)
     pub = _publisher(emb, opt, tmp_path, max_delta_fraction=0.1, keep_full_max=2)
     pub.publish(step=1)
-    _touch(emb, opt, torch.arange(50))
+    touch_rows(emb, opt, torch.arange(50))
     pub.publish(step=2)
-    _touch(emb, opt, torch.arange(200))  # 20 % of the table
+    touch_rows(emb, opt, torch.arange(200))  # 20 % of the table
     pub.publish(step=3)
     assert pub.last_kind == "full"
-    _touch(emb, opt, torch.arange(300))
+    touch_rows(emb, opt, torch.arange(300))
     pub.publish(step=4)
     assert sorted(os.listdir(tmp_path)) == ["LATEST", "full-000000000003.pt",
                                             "full-000000000004.pt"]
@@ -215,8 +207,8 @@ def test_a_dense_optimizer_publishes_the_table_whole(tmp_path, caplog):
     pub = _publisher(emb, opt, tmp_path, max_delta_fraction=1.0)
     pub.publish(step=1)
     with caplog.at_level(logging.WARNING, logger="lit_amp.rec.touched"):
-        _touch(emb, opt, [0])
-        _touch(emb, opt, [1])  # momentum moves row 0 again
+        touch_rows(emb, opt, [0])
+        touch_rows(emb, opt, [1])  # momentum moves row 0 again
     pub.publish(step=2)
     assert pub.last_kind == "delta" and pub.last_rows == 0  # the table whole, not by rows
     assert "momentum" in caplog.text
