@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -55,6 +56,7 @@ __all__ = ["IdEmbedding"]
 log = logging.getLogger(__name__)
 
 _EMPTY, _TOMB = -1, -2  # slot values besides a row index
+_RNG_LOCK = threading.Lock()  # new rows are drawn from the seeded default generator
 _MAX = torch.iinfo(torch.int64).max
 
 
@@ -300,7 +302,9 @@ class IdEmbedding(nn.Module):
         counter (the same values on every rank and after a resume)."""
         w = self.weight
         devices = [w.device] if w.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
+        # the default generator is the process's: two tables drawing at once from two threads
+        # would interleave their seeded draws
+        with _RNG_LOCK, torch.random.fork_rng(devices=devices):
             torch.manual_seed((self.seed * 1_000_003 + int(self.clock)) % (2**63))
             fresh = torch.empty(m, w.shape[1], dtype=w.dtype, device=w.device)
             self.init(fresh)
