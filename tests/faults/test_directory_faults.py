@@ -32,6 +32,7 @@ def test_a_new_file_reusing_a_deleted_consumed_name_is_read(tmp_path):
     it = iter(src)
     assert next(it)[0]["record_id"].tolist() == [0, 1, 2, 3, 4]
     src.checkpointed(src.state_dict())  # a durable checkpoint: part-0 is deleted
+    assert src.wait_cleanup(10)
     assert not (tmp_path / "part-0.npz").exists()
     write_shard(tmp_path, "part-0", _cols(100, 5))  # the producer reuses the name
     assert ids_of(it) == [100, 101, 102, 103, 104]

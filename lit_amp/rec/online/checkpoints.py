@@ -23,6 +23,8 @@ At the start of a run, rank 0 removes the temp files a killed writer left in the
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import logging
 import os
 import time
@@ -41,6 +43,9 @@ from lit_amp.serialization import checkpoint_payload, save_checkpoint
 __all__ = ["CursorCheckpoints"]
 
 log = logging.getLogger(__name__)
+
+#: seconds the end of a run waits for the source's clean-up (the consumed files' deletion)
+CLEANUP_WAIT_S = 60.0
 
 
 class _OnlineState:
@@ -107,6 +112,10 @@ class CursorCheckpoints:
             remove_stale_temps(self.directory)
             if self.opts.background:
                 self._snapshots = Snapshots(optimizers, network=network)
+            # the Trainer's dump_checkpoint imports omegaconf on its first call (0.04-0.13 s):
+            # here, not in the first checkpoint's stall
+            if importlib.util.find_spec("omegaconf") is not None:
+                importlib.import_module("omegaconf")
 
     def time_due(self, now: float) -> bool:
         """Whether ``ckpt_every_n_seconds`` have passed since the last checkpoint."""
@@ -251,7 +260,7 @@ class CursorCheckpoints:
             if force or redo or step != self.last_step:
                 self.save(lit, step, cursor, background=False)
             self.ranks.barrier()  # rank 0 has written the final checkpoint
-            self.release(self.saved_cursor)
+            self.release(self.saved_cursor, wait=True)
         finally:
             self.close(quiet=True)
 
@@ -273,14 +282,20 @@ class CursorCheckpoints:
                 self._pool.shutdown(wait=True)
                 self._pool = None
 
-    def release(self, cursor: Any) -> None:
-        """Tell the source that a durable checkpoint holds ``cursor`` (it may clean up)."""
+    def release(self, cursor: Any, *, wait: bool = False) -> None:
+        """Tell the source that a durable checkpoint holds ``cursor`` (it may clean up);
+        ``wait``: and wait for that clean-up (the end of a run)."""
         source = self.stream.source
         fn = getattr(source, "checkpointed", None)
         if cursor is None or fn is None:
             return
         try:
             fn(cursor)
+            settle = getattr(source, "wait_cleanup", None)
+            if wait and settle is not None and not settle(CLEANUP_WAIT_S):
+                log.warning("online_train: %s is still cleaning up after %.0f s; what is left "
+                            "is cleaned up after the next run's first checkpoint.",
+                            type(source).__name__, CLEANUP_WAIT_S)
         except Exception:  # clean-up must never stop training
             log.warning("online_train: %s.checkpointed failed", type(source).__name__,
                         exc_info=True)

@@ -293,9 +293,18 @@ class StreamSource(IterableDataset):
         """``RecModel.online_train`` calls it once a checkpoint holding ``state`` (this
         reader's cursor) is durable: the records before that cursor will never be read again.
 
-        The default does nothing; :class:`DirectorySource` (``delete_consumed=True``) deletes
-        the files the cursor counts as consumed.
+        It is called in the training loop, so it must return quickly: slow clean-up goes to a
+        background thread that :meth:`wait_cleanup` waits for. The default does nothing;
+        :class:`DirectorySource` (``delete_consumed=True``) deletes the files the cursor
+        counts as consumed.
         """
+
+    def wait_cleanup(self, timeout: float | None = None) -> bool:
+        """Wait for the clean-up :meth:`checkpointed` started; False if ``timeout`` s passed
+        first. ``RecModel.online_train`` calls it at the end of a run. The default has none
+        to wait for.
+        """
+        return True
 
     def bind_idle(self, fn: Callable[[], bool] | None) -> None:
         """Call ``fn()`` at every poll while waiting for data; a true result ends iteration."""

@@ -26,6 +26,7 @@ import torch
 
 from lit_amp._io import atomic_write
 from lit_amp.rec.sources.base import StreamSource, check_source_args, resolve_shard
+from lit_amp.rec.sources.deleter import Deleter, identity
 from lit_amp.rec.sources.schema import ClickSchema, Columns
 
 __all__ = ["DirectorySource", "write_shard", "shard_of"]
@@ -166,7 +167,9 @@ class DirectorySource(StreamSource):
             checkpoint is the one *before* the newest (the newest too at the end of a run):
             if the newest is unreadable, the resume falls back to one whose files are all
             still there. Without ``ckpt_dir`` nothing is deleted. Deleted files leave the
-            cursor. ``files_deleted`` counts them.
+            cursor. ``files_deleted`` counts them. The files are unlinked by a background
+            thread (:mod:`~lit_amp.rec.sources.deleter`), so the training loop does not wait
+            for the disk; a name that now holds another file than the one read is kept.
 
     Raises:
         ValueError: bad sizes, intervals or suffixes.
@@ -239,10 +242,9 @@ class DirectorySource(StreamSource):
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = rank, world_size
         self.delete_consumed = delete_consumed
-        self.files_deleted = 0
+        self._deleter = Deleter(directory, owner)
         self._cursor = {"done": frozenset(), "partial": {}}
         self._missing_logged = False
-        self._deleted: set[str] = set()  # consumed files deleted since the last listing
         self._special: set[str] = set()  # non-regular files, dead-lettered once
         self._failures: dict[str, int] = {}  # unreadable files: failed attempts
         self._retry_at: dict[str, float] = {}  # ... and when to try again
@@ -288,26 +290,26 @@ class DirectorySource(StreamSource):
 
         Only plain names this source would read are touched (a name with a path separator,
         a hidden name or another suffix is ignored); a file already gone is fine, and a file
-        that cannot be deleted is logged, never raised.
+        that cannot be deleted is logged, never raised. The files are unlinked in a
+        background thread; :meth:`wait_cleanup` waits for it.
         """
         if not self.delete_consumed or not isinstance(state, dict):
             return
-        failed = 0
-        for name in state.get("done", ()):
-            if not isinstance(name, str) or not name or os.sep in name or "/" in name:
-                continue
-            if not self._wanted(name):
-                continue
-            try:
-                os.remove(os.path.join(self.directory, name))
-                self.files_deleted += 1
-                self._deleted.add(name)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                failed += 1
-                if failed == 1:
-                    log.warning("DirectorySource: could not delete consumed %s: %s", name, exc)
+        self._deleter.submit(
+            (name, self._sigs.get(name))
+            for name in state.get("done", ())
+            if isinstance(name, str) and name and os.sep not in name and "/" not in name
+            and self._wanted(name)
+        )
+
+    def wait_cleanup(self, timeout: float | None = None) -> bool:
+        """Wait for the consumed files being deleted; False if ``timeout`` s passed first."""
+        return self._deleter.wait(timeout)
+
+    @property
+    def files_deleted(self) -> int:
+        """Consumed files deleted so far."""
+        return self._deleter.deleted
 
     @staticmethod
     def merge_state_dicts(states: list[dict[str, Any]]) -> dict[str, Any]:
@@ -377,7 +379,7 @@ class DirectorySource(StreamSource):
                 del self._sigs[name]  # gone: forget it
                 self._sigs_view = None
                 continue
-            if name in done and (st.st_ino, st.st_size, st.st_mtime_ns) != self._sigs[name]:
+            if name in done and identity(st) != self._sigs[name]:
                 replaced.add(name)
                 del self._sigs[name]
                 self._sigs_view = None
@@ -389,7 +391,7 @@ class DirectorySource(StreamSource):
         schema = self.schema
         try:
             st = os.stat(path)
-            self._sigs[name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+            self._sigs[name] = identity(st)
             self._sigs_view = None
             if name.endswith(".jsonl"):
                 with open(path, "rb") as f:
@@ -445,9 +447,9 @@ class DirectorySource(StreamSource):
         present = set(names)
         if not done <= present:
             done = done & present  # consumed files that were removed leave the cursor
-        if self._deleted:  # a name we deleted that is back is a new file (same name reused)
-            done = done - (self._deleted & present)
-            self._deleted.clear()
+        gone = self._deleter.take_gone()
+        if gone:  # a name we deleted that is back is a new file (same name reused)
+            done = done - (gone & present)
         done = done - self._replaced(done)
         now = time.monotonic()
         new = sorted(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import pytest
 import torch
@@ -151,7 +152,9 @@ def test_a_dataset_without_cursor_warns_when_checkpointing(tmp_path, caplog):
     assert "cannot hold the stream position" in caplog.text
 
 
-def test_delete_consumed_needs_checkpoints_and_drains_the_folder_with_them(tmp_path, caplog):
+def test_delete_consumed_needs_checkpoints_and_drains_the_folder_with_them(
+    tmp_path, caplog, monkeypatch
+):
     data = tmp_path / "data"
     fill_dir(data, 6, 8)
     files = sorted(p.name for p in data.iterdir())
@@ -165,7 +168,10 @@ def test_delete_consumed_needs_checkpoints_and_drains_the_folder_with_them(tmp_p
     assert s.records == 48
     assert "nothing will be deleted" in caplog.text
     assert sorted(p.name for p in data.iterdir()) == files
-    # with checkpoints every 2 steps: trained once, and the folder ends empty
+    # with checkpoints every 2 steps: trained once, and the folder ends empty when the run
+    # returns, though the files are deleted in the background and every unlink is slow
+    real_remove = os.remove
+    monkeypatch.setattr(os, "remove", lambda p: (time.sleep(0.05), real_remove(p)))
     source = src()
     s = make_model().online_train(
         source, checkpoint=CheckpointOptions(tmp_path / "ckpt", ckpt_every_n_steps=2)

@@ -6,7 +6,8 @@ ends the pass cleanly (``"source_exhausted"``, and a pass from the final cursor 
 nothing); ``max_idle_s`` ends a quiet pass in bounded time and never counts the time the
 consumer spends on a batch; the idle hook stops a waiting pass; hostile rows (a fixed table
 and hypothesis-drawn lines) are dead-lettered alone and counted, as ``ClickSchema.parse_json``
-says, never raised and never yielded; a restart from a saved cursor continues exactly.
+says, never raised and never yielded; a restart from a saved cursor continues exactly (after
+the source was told that cursor is durable and finished its clean-up).
 """
 
 from __future__ import annotations
@@ -274,6 +275,8 @@ def test_restart_from_a_saved_cursor_continues_exactly(harness):
         head = [next(it) for _ in range(k)]
         state = pickle.loads(pickle.dumps(first.state_dict()))
         it.close()
+        first.checkpointed(state)  # a durable checkpoint holds it: clean-up may run ...
+        assert first.wait_cleanup(10)  # ... and ends; nothing the restart reads is lost
         again = harness.finite()
         again.load_state_dict(state)
         rest = list(again)

@@ -205,6 +205,7 @@ def test_checkpointed_deletes_only_consumed_files_it_would_read(tmp_path):
     # a tampered cursor: names with a path, hidden files, other suffixes, missing files
     state = {"done": [*state["done"], "../x.npz", ".part-9.npz.tmp", "notes.txt", "gone.npz"]}
     src.checkpointed(state)
+    assert src.wait_cleanup(10)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".part-9.npz.tmp",
         "notes.txt",
@@ -216,6 +217,7 @@ def test_checkpointed_deletes_only_consumed_files_it_would_read(tmp_path):
     # off by default: nothing is deleted
     keep = DirectorySource(tmp_path, batch_size=4, max_idle_s=0.0)
     keep.checkpointed({"done": ["part-000001.npz"]})
+    assert keep.wait_cleanup(10)
     assert (tmp_path / "part-000001.npz").exists()
     with pytest.raises(TypeError, match="'delete_consumed' must be a bool"):
         DirectorySource(tmp_path, delete_consumed="yes")
