@@ -1,4 +1,4 @@
-"""One harness for multi-process tests: gloo on CPU, spawned workers, results gathered.
+"""One harness for multi-process tests: gloo on CPU, forked workers, results gathered.
 
 ``run_distributed(worker, world=2, args=(...))`` spawns ``world`` processes; each calls
 ``worker(rank, world, *args)`` inside an initialised gloo process group (torch-level; for
@@ -6,6 +6,11 @@ Lightning-level tests the worker builds its own ``Trainer`` with ``strategy="ddp
 group is already there) and returns a picklable value. The values come back as a list
 indexed by rank. A worker that raises fails the test with the worker's traceback. Every rank
 barriers before the group is destroyed, so no rank tears gloo down while another still talks.
+
+Workers are forked from a forkserver that imported torch and Lightning once for the whole
+session (a spawned worker spent ~5 s of CPU importing them: most of a small test's time);
+each worker takes the caller's environment, so ``monkeypatch.setenv`` reaches it as with
+``spawn``.
 
 Example::
 
@@ -19,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import socket
 import tempfile
@@ -31,6 +37,9 @@ import torch.multiprocessing as mp
 
 __all__ = ["free_port", "run_distributed"]
 
+#: what the forkserver imports once (the workers fork from it with these loaded)
+PRELOAD = ["torch", "lightning.pytorch", "tests.helpers.dist"]
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now."""
@@ -40,7 +49,9 @@ def free_port() -> int:
 
 
 def _entry(rank: int, world: int, port: int, worker: Callable[..., Any], args: tuple,
-           out_dir: str, init_group: bool) -> None:
+           out_dir: str, init_group: bool, env: dict[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     result: Any
@@ -68,7 +79,7 @@ def _entry(rank: int, world: int, port: int, worker: Callable[..., Any], args: t
 
 def run_distributed(worker: Callable[..., Any], world: int = 2, args: tuple = (), *,
                     init_group: bool = True) -> list[Any]:
-    """Run ``worker(rank, world, *args)`` on ``world`` spawned processes; return per-rank values.
+    """Run ``worker(rank, world, *args)`` on ``world`` processes; return per-rank values.
 
     Args:
         worker: a module-level (picklable) function.
@@ -82,8 +93,10 @@ def run_distributed(worker: Callable[..., Any], world: int = 2, args: tuple = ()
 
     port = free_port()
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.start_processes(_entry, args=(world, port, worker, args, out_dir, init_group),
-                           nprocs=world, join=True, start_method="spawn")
+        multiprocessing.set_forkserver_preload(PRELOAD)  # used when the server starts
+        mp.start_processes(
+            _entry, args=(world, port, worker, args, out_dir, init_group, dict(os.environ)),
+            nprocs=world, join=True, start_method="forkserver")
         results = []
         for rank in range(world):
             with open(os.path.join(out_dir, f"rank{rank}.pkl"), "rb") as f:
