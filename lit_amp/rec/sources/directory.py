@@ -262,7 +262,7 @@ class DirectorySource(StreamSource):
         after every batch.
         """
         if self._sigs_view is None:
-            self._sigs_view = {k: list(v) for k, v in self._sigs.items()}
+            self._sigs_view = dict(self._sigs)  # a C-level copy: rebuilt at every new file
         return {"done": self._cursor["done"], "partial": dict(self._cursor["partial"]),
                 "sigs": self._sigs_view}
 

@@ -97,3 +97,25 @@ def test_all_finite_finds_a_bad_value_in_any_chunk(bad, monkeypatch):
         u.view(-1)[at] = bad
         assert not guard.all_finite(u) and not guard.all_finite(u.t())
     assert guard.all_finite(torch.arange(100))  # integers hold no NaN
+
+
+def test_finite_values_whose_sum_overflows_are_finite_and_their_step_runs():
+    """The fast check sums the values (a sum holding NaN / inf is NaN / inf); a sum that
+    overflows (3e38 + 3e38 in float32) is decided by the exact check, not taken as bad."""
+    big = torch.tensor([3e38, 3e38, 1.0])
+    assert not torch.isfinite(big.sum())  # the fast check alone would be wrong here
+    assert guard.all_finite(big) and guard.all_finite(big.to_sparse())
+    assert not guard.all_finite(torch.tensor([3e38, 3e38, float("nan")]))
+    w = torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.SGD([w], lr=1e-39)
+    g = guard.NonFiniteGuard([opt])
+    try:
+        w.grad = big.clone()
+        opt.step()
+        assert g.skipped == 0 and w.abs().sum() > 0  # the step ran
+        w.grad = torch.tensor([3e38, float("inf"), 1.0])
+        before = w.detach().clone()
+        opt.step()
+        assert g.skipped == 1 and torch.equal(w.detach(), before)  # skipped, unchanged
+    finally:
+        g.remove()
