@@ -441,13 +441,15 @@ class DirectorySource(StreamSource):
         self, done: frozenset[str], skip: set, shard: int, nshards: int
     ) -> tuple[frozenset[str], list[str]]:
         """``(done, new)``: ``done`` less removed files, and this shard's unread files, sorted."""
+        # taken before the listing: a name deleted during it may still be listed, and is not
+        # a new file (taken after, it would be read again and found missing)
+        gone = self._deleter.take_gone()
         names = self._list()
         if names is None:
             return done, []
         present = set(names)
         if not done <= present:
             done = done & present  # consumed files that were removed leave the cursor
-        gone = self._deleter.take_gone()
         if gone:  # a name we deleted that is back is a new file (same name reused)
             done = done - (gone & present)
         done = done - self._replaced(done)

@@ -78,3 +78,30 @@ def test_wait_times_out_while_an_unlink_hangs_and_a_failure_is_counted_not_raise
     assert (deleter.deleted, deleter.failed) == (1, 1)
     assert "could not delete consumed b.npz" in caplog.text
     assert deleter.take_gone() == {"a.npz"} and deleter.take_gone() == set()
+
+
+def test_a_file_deleted_while_the_folder_is_listed_is_not_taken_for_a_new_one(
+    tmp_path, caplog
+):
+    """The deletion runs in another thread: a consumed file deleted just after the listing
+    saw it is still consumed (before: it was taken for a new file, read again and logged as
+    vanished)."""
+    ids = fill_dir(tmp_path, 3, 4)
+    src = DirectorySource(tmp_path, batch_size=4, max_idle_s=0.0, delete_consumed=True)
+    it = iter(src)
+    next(it), next(it)
+    state = src.state_dict()
+    listed = src._list
+
+    def list_then_delete():
+        names = listed()  # the listing sees part-000000 and part-000001 ...
+        src.checkpointed(state)  # ... which are deleted right after it
+        assert src.wait_cleanup(10)
+        return names
+
+    src._list = list_then_delete
+    done, new = src._new_files(state["done"], set(), 0, 1)
+    assert sorted(done) == ["part-000000.npz", "part-000001.npz"]
+    assert new == ["part-000002.npz"]
+    src._list = listed
+    assert ids_of(it) == ids[8:] and "vanished" not in caplog.text
