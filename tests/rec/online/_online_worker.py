@@ -19,7 +19,14 @@ import torch
 from torch import nn
 
 from lit_amp.callbacks import Callback
-from lit_amp.rec import CheckpointOptions, RecModel, ValidationOptions, WideDeep
+from lit_amp.rec import (
+    CheckpointOptions,
+    LazyAdam,
+    PublishOptions,
+    RecModel,
+    ValidationOptions,
+    WideDeep,
+)
 from lit_amp.rec.sources import DirectorySource
 
 
@@ -66,13 +73,17 @@ def main() -> None:
     p.add_argument("--loss-function", action="store_true", help="a plain function as loss_fn")
     p.add_argument("--accumulate", type=int, default=1, help="boost grad_accumulation_step")
     p.add_argument("--save-weights", default=None, help="torch.save the final weights here")
+    p.add_argument("--delta-publish", default=None,
+                   help="publish deltas here every 2 steps, a full snapshot every 3 publishes")
     a = p.parse_args()
     if a.wait_for:  # started early so that the imports above overlap another run
         while not os.path.exists(a.wait_for):
             time.sleep(0.02)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    net = WideDeep(vocab_size=64, embed_dim=4, hidden=(16,))
+    # --delta-publish: sparse rows of a larger table, so that a delta holds only touched rows
+    rows = 10_000 if a.delta_publish else 64
+    net = WideDeep(vocab_size=rows, embed_dim=4, hidden=(16,), sparse=bool(a.delta_publish))
     trainer = None
     log = a.log
     if a.ddp:
@@ -80,6 +91,7 @@ def main() -> None:
         log = f"{a.log}.rank{os.environ['LOCAL_RANK']}"
     metrics = {"auc", "loss"} if a.valid_every else None
     opt = (torch.optim.SGD(net.parameters(), a.sgd) if a.sgd
+           else LazyAdam(net.parameters(), 1e-2) if a.delta_publish
            else torch.optim.Adam(net.parameters(), 1e-2))
     loss_fn = nn.functional.binary_cross_entropy_with_logits if a.loss_function else (
         nn.BCEWithLogitsLoss())
@@ -106,6 +118,8 @@ def main() -> None:
             a.ckpt, ckpt_every_n_steps=a.ckpt_every, keep_checkpoint_max=3
         ),
         validation=valid,
+        publish=None if a.delta_publish is None else PublishOptions(
+            a.delta_publish, publish_every_n_steps=2, delta=True, full_every_n_publishes=3),
     )
     if a.save_weights:
         torch.save(net.state_dict(), a.save_weights)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_amp.rec.publish import list_checkpoints
+from lit_amp.rec.publish import list_checkpoints, load_published
 from lit_amp.rec.sources import SyntheticClickSource, shard_of, write_shard
 from tests.helpers.dist import free_port
 
@@ -225,3 +225,21 @@ def test_ddp_an_open_accumulation_window_at_the_stream_end_is_applied_on_every_r
     assert [s["steps"] for s in summaries] == [3, 3]
     assert [s["records"] for s in summaries] == [30, 20]  # rank 0's third batch counted
     _assert_same_weights(torch.load(tmp_path / "final.pt", weights_only=True), want)
+
+
+def test_ddp_delta_publishing_serves_exactly_the_trained_weights(tmp_path):
+    """Under DDP, rank 0 publishes full snapshots (in the background) and deltas of the rows
+    every rank's gradients changed (DDP averages them, so rank 0's tables hold every rank's
+    updates); a reader replaying them gets the final weights bit for bit."""
+    _uneven_files(tmp_path / "data", per_shard=(5, 4), per_file=20)
+    pub = tmp_path / "pub"
+    summaries = _run_two_ranks(tmp_path, ["--delta-publish", str(pub), "--save-weights",
+                                          str(tmp_path / "w.pt")])
+    assert [s["steps"] for s in summaries] == [10, 10]  # 5 files of 2 batches on rank 0
+    served, trained = load_published(pub), torch.load(tmp_path / "w.pt")
+    assert served["step"] == 10 and served["refused"] is None
+    assert served["version"] > served["full"]  # the newest version is a delta on a full one
+    assert served["network"].keys() == trained.keys()
+    assert all(torch.equal(served["network"][k], trained[k]) for k in trained)
+    names = sorted(p.name for p in pub.iterdir())
+    assert any(n.startswith("delta-") for n in names) and any(n.startswith("full-") for n in names)
