@@ -263,7 +263,8 @@ class Snapshot:
     """One checkpoint dict frozen at :meth:`Snapshots.take` (see the module docstring).
 
     Attributes:
-        payload: the frozen dict (its protected tensors still share the live storages).
+        payload: the frozen dict (its protected tensors still share the live storages); None
+            once the snapshot is written or released.
         stats: what :meth:`write` took (set by it).
     """
 
@@ -478,12 +479,16 @@ class Snapshot:
             )
 
     def release(self) -> None:
-        """Stop following the training (the write is over): free what was copied aside."""
+        """Stop following the training (the write is over): free what was copied aside and
+        the frozen payload (its clones: whole tables of an ``IdEmbedding`` are gigabytes,
+        which the last snapshot kept alive until the next one)."""
         with self._lock:
             self._done = True
             for group in self._groups.values():
                 group.release()
             self._clones.clear()
+            self._weights.clear()
+            self.payload = None
 
 
 class Snapshots:

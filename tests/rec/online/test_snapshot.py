@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
+import weakref
 
 import pytest
 import torch
@@ -195,6 +197,23 @@ def test_containers_views_and_counters_are_frozen_at_take(tmp_path):
     assert torch.equal(got["views"][0], torch.tensor([2.0, 3.0, 4.0])) and got["views"][1] == 4
     got["state_dict"]["w"][0, 0] = -1.0  # one storage, as torch.save keeps views
     assert got["nested"][0]["t"][0] == -1.0
+
+
+def test_a_written_snapshot_frees_its_clones(tmp_path):
+    """The clones a snapshot froze are freed once it is written, not when the next snapshot
+    replaces it (at 26 M rows of collision-free ids: 5.3 GB kept alive between checkpoints)."""
+    net = Net()
+    opt = LazyAdam(net.parameters())
+    snaps = Snapshots([opt], min_protected_bytes=1 << 40)  # every tensor is cloned
+    snap = snaps.take(_state(net, opt))
+    clones = [weakref.ref(t) for t in snap.payload["state_dict"].values()]
+    assert clones and all(r() is not None for r in clones)
+    snap.write(tmp_path / "a.ckpt")
+    gc.collect()
+    assert snap.payload is None and all(r() is None for r in clones)
+    assert torch.load(tmp_path / "a.ckpt", weights_only=True)["state_dict"].keys() == \
+        net.state_dict().keys()
+    snaps.remove()
 
 
 def test_take_refuses_while_the_previous_snapshot_is_not_written():
