@@ -3,7 +3,7 @@
 ``DirectorySource(delete_consumed=True)`` is told in the training loop that a checkpoint is
 durable; unlinking the hundreds of files it covers there, while a multi-GB checkpoint is being
 written back, blocked the loop for 0.1-0.3 s per checkpoint (docs/benchmarks.md). A
-:class:`Deleter` takes the list and returns at once; one daemon thread unlinks the files, and
+:class:`Deleter` takes the list and returns at once; one thread unlinks the files, and
 :meth:`Deleter.wait` lets the end of a run (or a test) wait for it.
 
 A file is deleted only if it is still the file that was read: a name given with its identity
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["Deleter"]
 
@@ -33,7 +33,7 @@ def identity(st: os.stat_result) -> tuple[int, int, int]:
 
 
 class Deleter:
-    """Unlinks files of ``directory`` in one daemon thread, in the order they are submitted.
+    """Unlinks files of ``directory`` in one thread, in the order they are submitted.
 
     Args:
         directory: the folder the names are in.
@@ -58,35 +58,22 @@ class Deleter:
         self.deleted = 0
         self.failed = 0
         self._gone: deque[str] = deque()  # names unlinked, not yet taken by the reader
-        self._jobs: deque[list[tuple[str, Identity | None]]] = deque()
-        self._pending = 0  # batches submitted and not finished
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None  # one thread: batches run in order
+        self._futures: list[Future] = []  # batches submitted and not collected
 
     def submit(self, names: Iterable[tuple[str, Identity | None]]) -> None:
         """Queue ``(name, identity or None)`` pairs for deletion; returns at once."""
         batch = list(names)
         if not batch:
             return
-        with self._cond:
-            self._jobs.append(batch)
-            self._pending += 1
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name=f"lit_amp-{self.owner}-delete")
-                self._thread.start()
-            self._cond.notify_all()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"lit_amp-{self.owner}-delete")
+        self._futures = [f for f in self._futures if not f.done()]
+        self._futures.append(self._pool.submit(self._delete, batch))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until every submitted file is handled; False if ``timeout`` s passed first."""
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._pending:
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left)
-        return True
+        return not futures.wait(self._futures, timeout).not_done
 
     def take_gone(self) -> set[str]:
         """The names unlinked since the last call (the reader's listing uses them)."""
@@ -94,19 +81,6 @@ class Deleter:
         while self._gone:
             out.add(self._gone.popleft())
         return out
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._jobs:
-                    self._cond.wait()
-                batch = self._jobs.popleft()
-            try:
-                self._delete(batch)
-            finally:
-                with self._cond:
-                    self._pending -= 1
-                    self._cond.notify_all()
 
     def _delete(self, batch: list[tuple[str, Identity | None]]) -> None:
         failed = 0
