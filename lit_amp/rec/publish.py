@@ -302,7 +302,8 @@ class DeltaPublisher:
         busy = self._writer is not None and self._writer.busy()
         want_full = self.chain is None or self.deltas_since_full + 1 >= self.full_every
         delta = None
-        if self.chain is not None:
+        # written in the loop, a due full snapshot is this version: no delta to build
+        if self.chain is not None and not (want_full and not busy and not self.background):
             delta = _delta_of(state, changes, self.touched.train_state)
             full_bytes = sum(_nbytes(t) for t in state.values())
             size = sum(_nbytes(t) for t in (*delta[0].values(), *delta[1].values()))

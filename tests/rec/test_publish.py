@@ -296,3 +296,19 @@ def test_load_published_on_a_corrupt_file_names_the_file(tmp_path):
         f.write(b"not a torch file")
     with pytest.raises(ValueError, match="model-000000000001.pt.*cannot be read"):
         load_published(tmp_path)
+
+
+def test_a_due_full_snapshot_written_in_the_loop_builds_no_delta(tmp_path, monkeypatch):
+    from lit_amp.rec import publish
+
+    built = []
+    real = publish._delta_of
+    monkeypatch.setattr(publish, "_delta_of", lambda *a: built.append(1) or real(*a))
+    emb, opt = _table(rows=10_000)
+    pub = _publisher(emb, opt, tmp_path, full_every_n_publishes=2)
+    for step in range(1, 6):  # full, delta, full, delta, full
+        touch_rows(emb, opt, torch.randperm(10_000)[:50])
+        pub.publish(step=step)
+        assert pub.last_kind == ("full" if step % 2 else "delta")
+    assert len(built) == 2  # one per delta written, none for the fulls of steps 3 and 5
+    assert _same(load_published(tmp_path)["network"], emb)
