@@ -25,7 +25,9 @@ the usage statistics are buffers, so the map is saved and restored with the weig
 ``state_dict`` checkpoint (tensors only: ``torch.load(weights_only=True)`` reads it); the hash
 table is rebuilt from it on load. For delta publishing the module names its row-indexed state
 (``row_state``), its training statistics (``train_state``) and the rows it changed itself
-(:meth:`take_changed_rows`), and applies published rows with :meth:`load_rows`.
+(:meth:`take_changed_rows`), and applies published rows with :meth:`load_rows`. Before it
+writes rows of its tensors in place outside an optimizer step, it tells the hooks of
+:meth:`register_row_write_hook` which (a snapshot being written copies them aside first).
 
 Example:
     >>> emb = IdEmbedding(num_rows=4, embedding_dim=2)
@@ -36,17 +38,20 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from lit_amp._runtime import world_size
 from lit_amp._validation import check_bool, check_choice, check_int, type_error
@@ -162,6 +167,7 @@ class IdEmbedding(nn.Module):
         self._tombstones = 0
         self._reused: list[torch.Tensor] = []  # rows handed to a new key since the last step
         self._opt_hooks: list[Any] = []
+        self._write_hooks: OrderedDict[int, Callable[..., Any]] = OrderedDict()
         self._last_log: dict[str, float] = {}
 
     @property
@@ -257,7 +263,8 @@ class IdEmbedding(nn.Module):
                                         math.ceil(self.num_rows / 100)), protect)
             if victims.numel():
                 self._remove(victims)
-                self.row_keys.index_fill_(0, victims, -1)
+                with self._writing([self.row_keys], victims):
+                    self.row_keys.index_fill_(0, victims, -1)
                 self.evictions += victims.numel()
                 self._pool = torch.cat([self._pool, victims]).sort().values
                 self._say("evict", logging.INFO,
@@ -288,10 +295,12 @@ class IdEmbedding(nn.Module):
                       "the batch); they share row %d (%d such lookups so far).",
                       k - m, self.num_rows, self.num_rows, int(self.overflows))
         if m:
-            self.row_keys.index_copy_(0, got, keys[:m])
+            fresh = self._fresh_rows(m)
+            with self._writing([self.row_keys, self.weight, self.row_count], got):
+                self.row_keys.index_copy_(0, got, keys[:m])
+                self.weight.index_copy_(0, got, fresh)
+                self.row_count[got] = 0
             self._insert(keys[:m], got)
-            self.weight.index_copy_(0, got, self._fresh_rows(m))
-            self.row_count[got] = 0
             self._changed[got] = True
             if self._tombstones > self._capacity // 8:
                 self._rebuild()
@@ -365,8 +374,9 @@ class IdEmbedding(nn.Module):
         if bool(new.any()):
             rows[new] = self._assign(keys.index_select(0, new.nonzero().squeeze(1)), rows[~new])
         held = rows[rows < self.num_rows]
-        self.row_count.index_add_(0, held, torch.ones_like(held))
-        self.row_seen.index_fill_(0, held, int(self.clock))
+        with self._writing([self.row_count, self.row_seen], held):
+            self.row_count.index_add_(0, held, torch.ones_like(held))
+            self.row_seen.index_fill_(0, held, int(self.clock))
         return rows
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -405,9 +415,31 @@ class IdEmbedding(nn.Module):
         if not self._reused:
             return
         rows, self._reused = torch.cat(self._reused), []
-        for value in optimizer.state.get(self.weight, {}).values():
-            if torch.is_tensor(value) and value.shape[:1] == self.weight.shape[:1]:
+        moments = [v for v in optimizer.state.get(self.weight, {}).values()
+                   if torch.is_tensor(v) and v.shape[:1] == self.weight.shape[:1]]
+        with self._writing(moments, rows):
+            for value in moments:
                 value.index_fill_(0, rows.to(value.device), 0)
+
+    def register_row_write_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """Call ``hook(tensors, rows)`` before this module writes ``rows`` of ``tensors`` (its
+        own, or an attached optimizer's state of ``weight``) in place outside an optimizer
+        step, and ``hook(tensors, None)`` once written (a snapshot of the state being written
+        to a file copies those rows aside first: :mod:`lit_amp.rec.online.snapshot`)."""
+        handle = RemovableHandle(self._write_hooks)
+        self._write_hooks[handle.id] = hook
+        return handle
+
+    @contextlib.contextmanager
+    def _writing(self, tensors: list[torch.Tensor], rows: torch.Tensor) -> Iterator[None]:
+        hooks = list(self._write_hooks.values())
+        for hook in hooks:
+            hook(tensors, rows)
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook(tensors, None)
 
     def take_changed_rows(self) -> torch.Tensor:
         """Rows whose key changed since the last call (new keys; delta publishing)."""

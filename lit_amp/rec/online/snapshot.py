@@ -19,9 +19,16 @@ each storage filled in chunk by chunk: live rows merged with the rows copied asi
 weights (the ``state_dict`` entries) are checked for NaN / inf as they are written; a
 non-finite value aborts the file with a ``RuntimeError``.
 
+A module that writes rows of its own tensors outside optimizer steps (an
+:class:`~lit_amp.rec.id_embedding.IdEmbedding`: a new id's row, an eviction, usage counts, the
+moments of a reused row) is copied on write too when it announces those writes
+(``register_row_write_hook``): its parameters, their optimizer state and its row-indexed
+buffers are protected, and the announced rows are copied aside before they are written.
+
 Protected tensors are watched through their version counters: one written in place outside
-an optimizer step (a write through ``.data`` is invisible) breaks the snapshot: its file is
-abandoned (:class:`SnapshotBroken`) and that parameter is cloned in later snapshots.
+an optimizer step and unannounced (a write through ``.data`` is invisible) breaks the
+snapshot: its file is abandoned (:class:`SnapshotBroken`) and that parameter is cloned in
+later snapshots.
 """
 
 from __future__ import annotations
@@ -281,6 +288,7 @@ class Snapshot:
         self._versions: dict[int, tuple[torch.Tensor, int]] = {}
         self._met: set[int] = set()  # protected storages the payload holds
         self._stepping = False
+        self._writing = 0  # announced row writes of a module in progress
         self._done = False
         self.broken: str | None = None
 
@@ -384,6 +392,30 @@ class Snapshot:
             if not self._done:
                 self._versions = {k: (t, t._version) for k, (t, _) in self._versions.items()}
 
+    def row_write(self, tensors: list[torch.Tensor], rows: torch.Tensor | None) -> None:
+        """A module is about to write ``rows`` of ``tensors`` outside an optimizer step: copy
+        them aside (under the lock); ``rows=None``: it has written them."""
+        with self._lock:
+            if self._done or self.broken:
+                return
+            if rows is None:
+                self._writing -= 1
+                if not self._stepping and not self._writing:
+                    self._versions = {k: (t, t._version) for k, (t, _) in
+                                      self._versions.items()}
+                return
+            if not self._stepping and not self._writing and self._changed():
+                self.broken = "a protected tensor was written outside an optimizer step"
+                return
+            self._writing += 1
+            groups = {id(g): g for g, _ in (self._protected.get(t.untyped_storage()._cdata,
+                                                                (None, 0)) for t in tensors)
+                      if g is not None}
+            for group in groups.values():
+                k = group.copy_aside(rows)
+                self.stats.cow_rows += k
+                self.stats.cow_bytes += k * group.row_bytes
+
     # ------------------------------------------------------------------ writing
     def write(self, path: str | os.PathLike, *,
               tap: Callable[[int, memoryview], Any] | None = None) -> SnapshotStats:
@@ -462,7 +494,8 @@ class Snapshot:
     def _check_intact(self) -> None:
         """Raise :class:`SnapshotBroken` if a protected tensor was written outside a step
         (call it under the lock; during a step, the step's pre-hook has checked)."""
-        if self.broken is None and not self._stepping and self._changed():
+        if self.broken is None and not self._stepping and not self._writing and \
+                self._changed():
             self.broken = "a protected tensor was written outside an optimizer step"
         if self.broken is not None:
             raise SnapshotBroken(f"online_train: the checkpoint is abandoned: {self.broken} "
@@ -497,8 +530,10 @@ class Snapshots:
     Args:
         optimizers: the run's torch optimizers; their steps copy rows aside while a snapshot
             is being written (``register_step_pre_hook`` / ``register_step_post_hook``).
-        network: the trained module, or None; the parameters of its modules that change rows
-            themselves (``take_changed_rows``, see :mod:`lit_amp.rec.touched`) are cloned.
+        network: the trained module, or None. Its modules that write rows themselves and
+            announce it (``register_row_write_hook``) are copied on write, their row-indexed
+            buffers included; the parameters of those that change rows without announcing it
+            (``take_changed_rows`` only, see :mod:`lit_amp.rec.touched`) are cloned.
         min_protected_bytes: parameters smaller than this are cloned (None:
             :data:`MIN_PROTECTED_BYTES`).
 
@@ -524,13 +559,19 @@ class Snapshots:
         self.optimizers = list(optimizers)
         self.min_protected_bytes = min_protected_bytes
         self.unprotected: set[int] = set()  # id(param) written outside a step: cloned
-        for m in network.modules() if network is not None else ():
-            if callable(getattr(m, "take_changed_rows", None)):
-                self.unprotected.update(id(p) for p in m.parameters())
         self._lock = threading.Lock()
         self._slots: dict[int, torch.Tensor] = {}
         self._active: Snapshot | None = None
         self._handles = []
+        self._row_modules: list[torch.nn.Module] = []  # announce their own row writes
+        for m in network.modules() if network is not None else ():
+            if callable(getattr(m, "register_row_write_hook", None)):
+                self._row_modules.append(m)
+                self._handles.append(m.register_row_write_hook(self._row_write))
+                for first, _views in self._buffer_groups(m):  # the slot maps now
+                    self._slot(first)
+            elif callable(getattr(m, "take_changed_rows", None)):
+                self.unprotected.update(id(p) for p in m.parameters())
         for opt in self.optimizers:
             self._handles.append(opt.register_step_pre_hook(self._pre_step))
             self._handles.append(opt.register_step_post_hook(self._post_step))
@@ -548,6 +589,27 @@ class Snapshots:
         snap = self._active
         if snap is not None:
             snap.after_step()
+
+    def _row_write(self, tensors: list[torch.Tensor], rows: torch.Tensor | None) -> None:
+        snap = self._active
+        if snap is not None:
+            snap.row_write(tensors, rows)
+
+    def _buffer_groups(self, m: torch.nn.Module) -> list[tuple[torch.Tensor, list]]:
+        """``m``'s saved buffers of rows (1-D as one column), grouped by their row count:
+        ``(the first buffer, its group's row views)`` for the groups worth copying on write."""
+        least = MIN_PROTECTED_BYTES if self.min_protected_bytes is None else \
+            self.min_protected_bytes
+        groups: dict[int, tuple[torch.Tensor, list]] = {}
+        for name, b in m.named_buffers(recurse=False):
+            if name in m._non_persistent_buffers_set or b.dim() not in (1, 2):
+                continue
+            t = b.detach()
+            t = t.unsqueeze(1) if t.dim() == 1 else t
+            if _whole(t):
+                groups.setdefault(t.shape[0], (b, []))[1].append(t)
+        return [(b, ts) for b, ts in groups.values() if id(b) not in self.unprotected and
+                sum(t.numel() * t.element_size() for t in ts) >= least]
 
     def take(self, payload: Any, *, weights: str = "state_dict") -> Snapshot:
         """Freeze ``payload`` now; training may go on while the snapshot is written.
@@ -569,6 +631,9 @@ class Snapshots:
                     prot = self._protectable(opt, p)
                     if prot is not None:
                         snap._protect(prot, id(p))
+        for m in self._row_modules:
+            for b, views in self._buffer_groups(m):
+                snap._protect(_Protected(views, self._slot(b)), id(b))
         snap.payload = snap._freeze(payload, "")
         snap._settle()
         snap.stats.protected = len(snap._groups)

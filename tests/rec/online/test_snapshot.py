@@ -6,12 +6,14 @@ import gc
 import os
 import threading
 import weakref
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
 from lit_amp.rec import LazyAdam
+from lit_amp.rec.id_embedding import IdEmbedding
 from lit_amp.rec.online import snapshot as snapshot_mod
 from lit_amp.rec.online.snapshot import SnapshotBroken, Snapshots
 
@@ -239,4 +241,58 @@ def test_only_the_tables_the_file_holds_are_followed(tmp_path, small_chunks):
                                 lambda: _step(net, opt, [2999, 2998]))
     _assert_same(expected, got)
     assert snap.stats.protected == 1 and snap.stats.cow_bytes == 2 * DIM * 4  # weight rows only
+    snaps.remove()
+
+
+def _id_table() -> tuple[IdEmbedding, LazyAdam, Any]:
+    """A full collision-free table (6,000 keys were offered to 4,000 rows) and its stepper."""
+    torch.manual_seed(0)
+    emb = IdEmbedding(4000, 8, num_features=2, sparse=True)
+    opt = LazyAdam(emb.parameters(), lr=0.1)
+    emb.attach(opt)  # a reused row's moments are zeroed before the next step
+    g = torch.Generator().manual_seed(1)
+
+    def step(n: int = 1, high: int = 3000) -> None:
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            emb(torch.randint(0, high, (256, 2), generator=g)).sum().backward()
+            opt.step()
+
+    step(40)
+    assert int(emb.evictions) > 0
+    return emb, opt, step
+
+
+def test_an_id_embedding_is_copied_on_write_through_new_ids_and_evictions(tmp_path,
+                                                                         small_chunks):
+    emb, opt, step = _id_table()
+    snaps = Snapshots([opt], network=emb, min_protected_bytes=10_000)
+    payload = {"state_dict": emb.state_dict(), "optimizer": opt.state_dict()}
+    expected = _clone(payload)
+    snap = snaps.take(payload)
+    # the table, its moments and its id map are not cloned (only the scalars are)
+    assert snap.stats.protected == 2
+    assert sum(c.nbytes() for c in snap._clones.values()) < 1000
+    evictions = int(emb.evictions)
+    # while the file is written: new ids take evicted rows (fresh weights, zeroed moments,
+    # a new key in the id map), lookups count, and steps change rows
+    got = _write_while_training(snap, tmp_path / "a.ckpt", lambda: step(10, high=10**6))
+    assert int(emb.evictions) > evictions
+    _assert_same(expected, got)
+    assert snap.stats.cow_rows > 0
+    snaps.remove()
+
+
+def test_an_unannounced_write_to_an_id_map_abandons_the_file(tmp_path, small_chunks):
+    emb, opt, step = _id_table()
+    snaps = Snapshots([opt], network=emb, min_protected_bytes=10_000)
+    snap = snaps.take({"state_dict": emb.state_dict(), "optimizer": opt.state_dict()})
+
+    def outside():
+        step()  # announced writes and a step are fine
+        emb.row_count[3] += 1  # not announced: the snapshot cannot know what it was
+
+    with pytest.raises(SnapshotBroken, match="outside an optimizer step"):
+        _write_while_training(snap, tmp_path / "a.ckpt", outside)
+    assert os.listdir(tmp_path) == []
     snaps.remove()
