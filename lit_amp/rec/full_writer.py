@@ -80,7 +80,8 @@ class BackgroundFullWriter:
 
     Args:
         optimizers: the optimizers that step the published network (copy-on-write hooks).
-        network: the published network (modules that change rows themselves are cloned).
+        network: the published network (its modules that change rows themselves are copied on
+            write when they announce those writes, cloned otherwise: see :class:`Snapshots`).
     """
 
     def __init__(self, optimizers: Iterable[torch.optim.Optimizer],
