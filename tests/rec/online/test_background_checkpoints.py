@@ -22,10 +22,15 @@ from lit_amp.serialization import load_checkpoint
 LOGGER = "lit_amp.rec.online.checkpoints"
 
 
-def _model() -> RecModel:
+def _model(collisionless: bool = False) -> RecModel:
     torch.manual_seed(0)
-    net = WideDeep(vocab_size=400, embed_dim=4, hidden=(8,), sparse=True)
-    return RecModel(net, nn.BCEWithLogitsLoss(), LazyAdam(net.parameters(), lr=0.05))
+    # collision-free: a budget of 26 x 20 rows, so the stream's new ids evict others
+    net = WideDeep(vocab_size=20 if collisionless else 400, embed_dim=4, hidden=(8,),
+                   sparse=True, collisionless=collisionless)
+    opt = LazyAdam(net.parameters(), lr=0.05)
+    if collisionless:
+        net.embedding.attach(opt)  # a reused row's moments are zeroed
+    return RecModel(net, nn.BCEWithLogitsLoss(), opt)
 
 
 @pytest.fixture
@@ -65,8 +70,12 @@ class StateAt(Callback):
             )
 
 
-def test_each_background_checkpoint_holds_the_state_of_its_step(tmp_path, slow_writes, caplog):
-    model = _model()
+@pytest.mark.parametrize("collisionless", [False, True], ids=["hashed", "collisionless"])
+def test_each_background_checkpoint_holds_the_state_of_its_step(tmp_path, slow_writes, caplog,
+                                                                collisionless):
+    """With collision-free tables, ids arriving during the writes take rows, evict others and
+    reset their moments: written from the live tables, copied on write, not cloned."""
+    model = _model(collisionless)
     seen = StateAt(model, every=4)
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         s = model.online_train(
@@ -87,7 +96,10 @@ def test_each_background_checkpoint_holds_the_state_of_its_step(tmp_path, slow_w
                 assert torch.equal(got, v) if torch.is_tensor(v) else got == v, (path, k)
     figures = _figures(caplog)
     assert [f["step"] for f in figures] == [4, 8, 12, 16, 20, 24]
-    assert all(f["background"] and f["protected"] >= 1 for f in figures)
+    protected = 2 if collisionless else 1  # IdEmbedding: the table, and its id-map buffers
+    assert all(f["background"] and f["protected"] >= protected for f in figures)
+    if collisionless:
+        assert int(model._network.embedding.evictions) > 0
     assert sum(f["cow_rows"] for f in figures) > 0  # steps changed rows during the writes
     # taking a snapshot blocked the loop for a fraction of what writing it took (a wait for
     # the previous write, when the machine is slow, is counted apart)
