@@ -198,7 +198,10 @@ class PublishOptions:
     must change only through the optimizer (a change made from a callback is not seen).
     With ``background=True`` (the default) a full snapshot is written by a thread while
     training goes on (the delta of its version is written at once; ``LATEST`` moves past a
-    version only once a full snapshot under it is on disk).
+    version only once a full snapshot under it is on disk). A version that has no delta (the
+    first of a run, or one whose delta would be too big) is then only that full snapshot: the
+    hook's ``path`` names it while it is still being written, and servers see it once it
+    is on disk.
 
     Args:
         publish_dir: the folder (kept as an absolute path; created when needed).
