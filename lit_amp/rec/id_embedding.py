@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 _EMPTY, _TOMB = -1, -2  # slot values besides a row index
 _RNG_LOCK = threading.Lock()  # new rows are drawn from the seeded default generator
 _MAX = torch.iinfo(torch.int64).max
+_VICTIM_CHUNK = 1 << 21  # rows scored at a time when choosing the rows to evict
 
 
 def _signed(c: int) -> int:
@@ -233,24 +234,44 @@ class IdEmbedding(nn.Module):
         self._pool = below[self.row_keys[:, 0].index_select(0, below) < 0]
 
     # ------------------------------------------------------------------ allocation
-    def _score(self) -> torch.Tensor:
-        seen = self.row_seen.clamp(0, 2**32 - 1)
-        if self.policy == "lru":
-            return seen.clone()
-        return (self.row_count.clamp(0, 2**31 - 1) << 32) | seen
+    def _scores(self, lo: int, hi: int, protect: torch.Tensor) -> torch.Tensor:
+        """The eviction order of rows ``[lo, hi)`` (the smallest go first); free rows and the
+        rows in ``protect`` score ``_MAX`` (never evicted)."""
+        score = self.row_seen[lo:hi].clamp(0, 2**32 - 1)
+        if self.policy == "lfu":  # fewest lookups first, then the least recent
+            seen, score = score, self.row_count[lo:hi].clamp(0, 2**31 - 1)
+            score.bitwise_left_shift_(32).bitwise_or_(seen)
+        score.masked_fill_(self.row_keys[lo:hi, 0] < 0, _MAX)
+        score.index_fill_(0, protect[(protect >= lo) & (protect < hi)] - lo, _MAX)
+        return score
 
     def _victims(self, n: int, protect: torch.Tensor) -> torch.Tensor:
-        """The ``n`` rows to evict (fewer if fewer are evictable), ascending."""
-        score = self._score()
-        score.masked_fill_(self.row_keys[:, 0] < 0, _MAX)
-        score.index_fill_(0, protect, _MAX)
-        n = min(n, int((score < _MAX).sum()))
+        """The ``n`` rows to evict (fewer if fewer are evictable), ascending: the ``n``
+        smallest scores, ties taken in row order.
+
+        The rows are scored ``_VICTIM_CHUNK`` at a time, so choosing victims in a table of
+        tens of millions of rows does not build scores of the whole table (0.6 GB at 26 M rows).
+        """
+        chunks = [(lo, min(lo + _VICTIM_CHUNK, self.num_rows))
+                  for lo in range(0, self.num_rows, _VICTIM_CHUNK)]
+        smallest, evictable = [], 0
+        for lo, hi in chunks:  # each chunk's n smallest hold the whole table's n smallest
+            score = self._scores(lo, hi, protect)
+            evictable += int((score < _MAX).sum())
+            k = min(n, hi - lo)
+            smallest.append(score[score <= torch.kthvalue(score, k).values])
+        n = min(n, evictable)
         if n == 0:
-            return torch.zeros(0, dtype=torch.long, device=score.device)
-        threshold = torch.kthvalue(score, n).values
-        below = (score < threshold).nonzero().squeeze(1)
-        tied = (score == threshold).nonzero().squeeze(1)[: n - below.numel()]
-        return torch.cat([below, tied]).sort().values
+            return torch.zeros(0, dtype=torch.long, device=protect.device)
+        threshold = torch.kthvalue(torch.cat(smallest), n).values
+        below, tied = [], []
+        for lo, hi in chunks:
+            score = self._scores(lo, hi, protect)
+            below.append((score < threshold).nonzero().squeeze(1) + lo)
+            tied.append((score == threshold).nonzero().squeeze(1) + lo)
+        below_rows = torch.cat(below)
+        tied_rows = torch.cat(tied)[: n - below_rows.numel()]
+        return torch.cat([below_rows, tied_rows]).sort().values
 
     def _free_rows(self, k: int, protect: torch.Tensor) -> torch.Tensor:
         """Up to ``k`` free rows (ascending within each source), evicting when needed."""
