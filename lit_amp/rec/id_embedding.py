@@ -407,7 +407,17 @@ class IdEmbedding(nn.Module):
         Raises:
             TypeError: ``ids`` is not an integer tensor.
             ValueError: the last dimension is not ``num_features``.
+            RuntimeError: ``sparse=True`` while training in a process group of several ranks
+                (DistributedDataParallel takes sparse gradients only from ``nn.Embedding``).
         """
+        if self.sparse and self.training and torch.is_grad_enabled() and world_size() > 1:
+            raise RuntimeError(
+                f"For 'IdEmbedding', the argument 'sparse' must be False when training on "
+                f"{world_size()} ranks, but got True: DistributedDataParallel accepts sparse "
+                "gradients only from nn.Embedding / nn.EmbeddingBag and fails in backward on "
+                "this module's. Use sparse=False under DDP (WideDeep(collisionless=True, "
+                "sparse=False)), or train on one process."
+            )
         keys, inverse = self._unique(self._keys(ids))
         rows = self._rows(keys)
         # index_select rather than [inverse]: cheaper when torch runs several CPU threads

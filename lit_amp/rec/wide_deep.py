@@ -54,7 +54,9 @@ class WideDeep(nn.Module):
         collisionless: one row per distinct ``(feature, id)`` (an
             :class:`~lit_amp.rec.id_embedding.IdEmbedding` that evicts the least frequently
             used ids when full) instead of ``id % vocab_size``; ``net.embedding.attach(opt)``
-            gives a row reused for a new id fresh optimizer moments.
+            gives a row reused for a new id fresh optimizer moments. Under DDP it needs
+            ``sparse=False`` (DDP takes sparse gradients only from ``nn.Embedding``; sparse
+            collision-free tables are refused at the first training step).
 
     Raises:
         ValueError: a non-positive size.

@@ -289,3 +289,18 @@ def test_the_evicted_rows_are_the_least_used_in_row_order_at_any_chunk_size(seed
         seen = int(emb.row_seen[r])
         return ((seen,) if policy == "lru" else (min(int(emb.row_count[r]), 2**31 - 1), seen)), r
     assert got == sorted(sorted(evictable, key=order)[:n])
+
+
+def test_sparse_gradients_under_ddp_are_refused_with_the_way_out(monkeypatch):
+    """Real DDP fails in backward on a sparse gradient that is not an nn.Embedding's (seen
+    with 2-process gloo); the first training step says so instead, and what to use."""
+    from lit_amp.rec import id_embedding
+
+    monkeypatch.setattr(id_embedding, "world_size", lambda: 2)
+    monkeypatch.setattr(id_embedding, "_all_gather_rows", lambda t: torch.cat([t, t]))
+    ids = torch.tensor([[1, 2], [3, 4]])
+    with pytest.raises(RuntimeError, match=r"'sparse' must be False when training on 2 ranks"):
+        IdEmbedding(10, 2, num_features=2, sparse=True)(ids)
+    assert IdEmbedding(10, 2, num_features=2)(ids).shape == (2, 2, 2)  # dense: trains
+    with torch.no_grad():  # evaluation and serving are not refused
+        assert IdEmbedding(10, 2, num_features=2, sparse=True)(ids).shape == (2, 2, 2)
