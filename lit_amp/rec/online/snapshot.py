@@ -390,7 +390,11 @@ class Snapshot:
         with self._lock:
             self._stepping = False
             if not self._done:
-                self._versions = {k: (t, t._version) for k, (t, _) in self._versions.items()}
+                self._expect_current()
+
+    def _expect_current(self) -> None:
+        """The protected tensors' changes so far were announced: expect their versions now."""
+        self._versions = {k: (t, t._version) for k, (t, _) in self._versions.items()}
 
     def row_write(self, tensors: list[torch.Tensor], rows: torch.Tensor | None) -> None:
         """A module is about to write ``rows`` of ``tensors`` outside an optimizer step: copy
@@ -401,8 +405,7 @@ class Snapshot:
             if rows is None:
                 self._writing -= 1
                 if not self._stepping and not self._writing:
-                    self._versions = {k: (t, t._version) for k, (t, _) in
-                                      self._versions.items()}
+                    self._expect_current()
                 return
             if not self._stepping and not self._writing and self._changed():
                 self.broken = "a protected tensor was written outside an optimizer step"
