@@ -29,12 +29,14 @@ Every file loads with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import re
 import time
 import uuid
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -194,7 +196,13 @@ class DeltaPublisher:
     writes the delta of its version too (so readers stay fresh during the write), unless
     that delta is the oversized kind. ``LATEST`` names a version only once a full snapshot
     at or before it in the chain is on disk; a full snapshot due while another is being
-    written waits for the next publish after it.
+    written waits for the next publish after it. A delta is then written by a thread too,
+    from copies taken in the loop (its rows, and its whole tensors cloned): one at a time,
+    the next publish waiting for the previous one. :meth:`poll` (called between steps), the
+    next publish or :meth:`close` moves ``LATEST`` to it once it is on disk and lists it in
+    :attr:`landed`. A delta whose write failed is rolled back: its error is raised by the
+    next :meth:`poll`, publish or :meth:`close`, and the next publish writes its version
+    again with its rows.
 
     Rows are tracked from the gradients (:class:`~lit_amp.rec.touched.TouchedRows`): every
     optimizer that steps ``network`` must be passed to :meth:`attach`.
@@ -207,7 +215,8 @@ class DeltaPublisher:
             replaced by a full snapshot.
         keep_full_max: full snapshots kept, each with its deltas (at least 2 keeps a reader
             that is replaying the previous chain safe from the pruning).
-        background: write full snapshots in a thread (call :meth:`close` at the end).
+        background: write full snapshots and deltas in threads (call :meth:`close` at the
+            end).
 
     Raises:
         TypeError / ValueError: an argument of the wrong type or out of range.
@@ -262,6 +271,12 @@ class DeltaPublisher:
         self.last_kind: str | None = None
         self.last_bytes = 0
         self.last_rows = 0
+        # background: the delta being written: (future, version, changes, full too)
+        self._delta_pool: ThreadPoolExecutor | None = None
+        self._pending_delta: tuple[Future, int, dict, bool] | None = None
+        #: background deltas now on disk and named by ``LATEST``, oldest first:
+        #: ``(version, path, bytes)`` (the newest 64; a caller may empty it)
+        self.landed: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=64)
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         """Track the rows ``optimizer`` changes (see :class:`~lit_amp.rec.touched.TouchedRows`)."""
@@ -277,8 +292,8 @@ class DeltaPublisher:
         it once a full snapshot of its chain is on disk.
 
         Returns:
-            The path of the file written in the loop (the delta when there is one; a full
-            snapshot written in the background may not be on disk yet).
+            The path of the file written in the loop (the delta when there is one; with
+            ``background``, that delta or a full snapshot may not be on disk yet).
 
         Raises:
             OSError: the write failed; ``LATEST`` still names the previous version, and the
@@ -287,6 +302,7 @@ class DeltaPublisher:
             RuntimeError: a value to write is NaN / inf (nothing is written).
         """
         self._collect()
+        self._collect_delta(wait=True)
         changes = self.touched.take()
         try:
             return self._publish(changes, step, records, extra)
@@ -314,12 +330,15 @@ class DeltaPublisher:
             delta = None  # the full snapshot, written now, is this version
         chain = uuid.uuid4().hex if self.chain is None else self.chain
         extra = {"published_at": time.time(), **(extra or {})}
-        path = None
+        path = later = None
         if delta is not None:
             payload = {**header, "kind": "delta", "base": self.version,
                        "full": self.full_version, "chain": chain,
                        "network": delta[0], "rows": delta[1], **extra}
-            path = self._write(payload, version)
+            if self.background:  # started once nothing else of this publish can fail
+                path, later = self._delta_copy(payload, version), payload
+            else:
+                path = self._write(payload, version)
             self.deltas_since_full += 1
         if full:
             kind, nbytes, rows = self.last_kind, self.last_bytes, self.last_rows
@@ -333,6 +352,8 @@ class DeltaPublisher:
                     self._hold = version  # no delta of this version until the full lands
             else:  # the delta is what this publish wrote in the loop
                 self.last_kind, self.last_bytes, self.last_rows = kind, nbytes, rows
+        if later is not None:
+            self._start_delta(later, path, version, changes, full)
         self.version, self.chain = version, chain
         self._move_latest()
         return path
@@ -348,6 +369,69 @@ class DeltaPublisher:
         self.last_kind, self.last_bytes = payload["kind"], os.path.getsize(path)
         self.last_rows = sum(int(r.numel()) for r in payload["rows"].values())
         return path
+
+    def _delta_copy(self, payload: dict, version: int) -> str:
+        """Check a delta now and make it the training's to change no more: its rows are
+        copies (``index_select``), its whole tensors the live ones, cloned here. Returns
+        the path it will be written to."""
+        _refuse_nonfinite(payload["network"], version)
+        rows = payload["rows"]
+        payload["network"] = {k: t if k in rows else t.clone()
+                              for k, t in payload["network"].items()}
+        self.last_kind = "delta"
+        self.last_bytes = sum(_nbytes(t) for t in (*payload["network"].values(),
+                                                  *rows.values()))
+        self.last_rows = sum(int(r.numel()) for r in rows.values())
+        return os.path.join(self.directory, f"delta-{version:012d}.pt")
+
+    def _start_delta(self, payload: dict, path: str, version: int, changes: dict,
+                     full_too: bool) -> None:
+        """Write the delta ``_delta_copy`` made in the background thread."""
+        if self._delta_pool is None:
+            self._delta_pool = ThreadPoolExecutor(1, thread_name_prefix="lit_amp-publish-delta")
+        future = self._delta_pool.submit(self._write_delta, payload, path)
+        self._pending_delta = (future, version, changes, full_too)
+
+    @staticmethod
+    def _write_delta(payload: dict, path: str) -> int:
+        """The background thread: checksum and write a delta; returns its size."""
+        payload["checksum"] = _checksum(payload)
+        atomic_write(path, lambda f: torch.save(payload, f))
+        return os.path.getsize(path)
+
+    def _collect_delta(self, wait: bool = False) -> None:
+        """Land the background delta if it is written (or ``wait`` for it): ``LATEST`` moves
+        to it. A failed one is rolled back (its rows marked again; its version, unless a
+        full snapshot holds it, written again by the next publish) and its error raised."""
+        pending = self._pending_delta
+        if pending is None or not (wait or pending[0].done()):
+            return
+        self._pending_delta = None
+        future, version, changes, full_too = pending
+        error = future.exception()
+        if error is None:
+            name = f"delta-{version:012d}.pt"
+            if self._newest is None or version >= int(_VERSIONED.match(self._newest).group(2)):
+                self._newest = name
+            self._move_latest()
+            self.landed.append((version, os.path.join(self.directory, name), future.result()))
+            return
+        self.touched.mark(changes)
+        if not full_too and self.version == version:
+            self.version -= 1
+            self.deltas_since_full = max(0, self.deltas_since_full - 1)
+        raise error
+
+    def writing(self, version: int) -> bool:
+        """Whether the delta of ``version`` is being written in the background (not landed)."""
+        return self._pending_delta is not None and self._pending_delta[1] == version
+
+    def poll(self, wait: bool = False) -> None:
+        """Land what the background writers finished (between steps; cheap when nothing
+        did), or ``wait`` for the delta being written. Raises a failed write's error (see
+        the class docstring)."""
+        self._collect()
+        self._collect_delta(wait)
 
     def _write_full(self, payload: dict, version: int) -> str:
         self.deltas_since_full = 0
@@ -398,15 +482,21 @@ class DeltaPublisher:
         raise error
 
     def close(self) -> None:
-        """Wait for the full snapshot being written, point ``LATEST`` at the newest version,
-        and stop the background writer (a no-op without one). Raises its failure, if any."""
-        if self._writer is None:
-            return
+        """Wait for the delta and the full snapshot being written, point ``LATEST`` at the
+        newest version, and stop the background writers (a no-op without them). Raises a
+        failure, if any."""
         try:
-            self._collect(wait=True)
+            self._collect_delta(wait=True)
         finally:
-            self._writer.close()
-            self._writer = None
+            if self._delta_pool is not None:
+                self._delta_pool.shutdown(wait=True)
+                self._delta_pool = None
+            if self._writer is not None:
+                try:
+                    self._collect(wait=True)
+                finally:
+                    self._writer.close()
+                    self._writer = None
 
     def _prune(self) -> None:
         fulls, deltas = _versions(self.directory)

@@ -1,8 +1,9 @@
 """A trainer publishing deltas whose background full snapshots are slow, for the kill -9 test.
 
 Trains one sparse embedding table (SparseAdam: its rows copied on write) and publishes every
-step with ``DeltaPublisher(background=True)``; after each publish appends ``version crc`` to
-``--log`` (the CRC32 of the table's bytes at that version). With ``--slow S``, every full
+step with ``DeltaPublisher(background=True)`` (deltas written by a thread too, landed by
+``poll`` between steps, as ``online_train`` does); after each publish appends ``version crc``
+to ``--log`` (the CRC32 of the table's bytes at that version). With ``--slow S``, every full
 snapshot after the first writes its path to ``--marker`` as it starts writing tensor bytes and
 then sleeps ``S`` seconds. Prints ``SUMMARY {json}`` at the end.
 """
@@ -66,6 +67,7 @@ def main() -> None:
             crc = zlib.crc32(emb.weight.detach().numpy().tobytes())
             log.write(f"{pub.version} {crc}\n")
             time.sleep(0.02)
+            pub.poll()
     pub.close()
     print("SUMMARY " + json.dumps({"version": pub.version, "removed": len(removed)}))
 

@@ -51,7 +51,9 @@ def test_kill_during_a_background_full_publish_serves_only_whole_versions(tmp_pa
     assert any(n.startswith(".tmp-lit_amp-full-000000000004") for n in names)
     logged = _logged(log)
     version, crc = _served(d)  # full 1 + deltas 2..version: every delta of the chain
-    assert version >= 6 and version in (max(logged), max(logged) + 1)
+    # the newest logged delta may still have been in its writer's hands; a version published
+    # but not logged yet may be on disk
+    assert version >= 5 and max(logged) - 1 <= version <= max(logged) + 1
     if version in logged:
         assert crc == logged[version]  # exactly the trainer's weights of that version
 

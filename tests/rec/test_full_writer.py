@@ -85,6 +85,7 @@ def test_a_compaction_keeps_the_chain_and_readers_fresh_during_its_write(tmp_pat
         touch_rows(emb, opt, [v, 1000 + v])
         pub.publish(step=v)
         states[v] = emb.weight.detach().clone()
+        pub.poll(wait=True)  # the delta, written by a thread, is on disk
         payload = load_published(tmp_path)
         assert payload["version"] == v and torch.equal(payload["network"]["weight"], states[v])
     names = sorted(os.listdir(tmp_path))

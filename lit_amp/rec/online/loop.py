@@ -154,6 +154,8 @@ class OnlineLoop(MindSporeCallbackBridge):
         now = time.monotonic()
         step = self._step()
         pub = self.publisher
+        if pub is not None:
+            pub.poll()
         if pub is not None and step != pub.last_step and pub.time_due(now):
             pub.publish(step, self.cursor)
         ck = self.checkpoints
@@ -267,6 +269,8 @@ class OnlineLoop(MindSporeCallbackBridge):
             ck.raise_failure()
         if ck is not None and (ckpt_flag or ck.step_due(step)):
             ck.save(pl_module, step, self.cursor)
+        if pub is not None:
+            pub.poll()  # a background delta written: LATEST and the hook name it
         if pub is not None and (pub.step_due(step) or pub.time_due(now)):
             pub.publish(step, self.cursor)
         if stop_flag:

@@ -197,11 +197,12 @@ class PublishOptions:
     ``Adagrad``, ``SGD`` without momentum); otherwise the table is written whole. The weights
     must change only through the optimizer (a change made from a callback is not seen).
     With ``background=True`` (the default) a full snapshot is written by a thread while
-    training goes on (the delta of its version is written at once; ``LATEST`` moves past a
-    version only once a full snapshot under it is on disk). A version that has no delta (the
-    first of a run, or one whose delta would be too big) is then only that full snapshot: the
-    hook's ``path`` names it while it is still being written, and servers see it once it
-    is on disk.
+    training goes on (``LATEST`` moves past a version only once a full snapshot under it is
+    on disk), and so is each delta, from copies taken in the loop (its rows and dense
+    tensors): ``LATEST`` names it, and ``publish_hook`` is called for it, at the first step
+    end after it is on disk. A version that has no delta (the first of a run, or one whose
+    delta would be too big) is then only that full snapshot: the hook's ``path`` names it
+    while it is still being written, and servers see it once it is on disk.
 
     Args:
         publish_dir: the folder (kept as an absolute path; created when needed).
@@ -214,7 +215,7 @@ class PublishOptions:
         full_every_n_publishes: with ``delta``, a full snapshot every this many publishes.
         max_delta_fraction: with ``delta``, a larger delta (its bytes over a full snapshot's)
             is written as a full snapshot.
-        background: with ``delta``, write full snapshots in a background thread.
+        background: with ``delta``, write full snapshots and deltas in background threads.
 
     Raises:
         TypeError: a field of the wrong type.

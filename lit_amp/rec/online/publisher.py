@@ -2,7 +2,8 @@
 
 Rank 0 writes, full snapshots (:func:`~lit_amp.rec.publish.publish_weights`) or, with
 ``PublishOptions(delta=True)``, numbered deltas (:class:`~lit_amp.rec.publish.DeltaPublisher`,
-whose row tracking hooks the run's optimizers); the files and their reader are in
+whose row tracking hooks the run's optimizers; with ``background``, deltas are written by a
+thread and ``publish_hook`` names one once it is on disk); the files and their reader are in
 :mod:`lit_amp.rec.publish`. At the start of a run, rank 0 removes the temp files a killed
 writer left in the folder. Non-finite weights are never published.
 """
@@ -47,6 +48,7 @@ class Publisher:
         self.last_step = -1
         self.last_time = 0.0
         self.delta: DeltaPublisher | None = None  # rank 0 with ``delta``: the version writer
+        self._later: dict[int, dict] = {}  # version -> hook info of a delta being written
 
     def start(self, step: int, t0: float, optimizers: Any = ()) -> None:
         """Mark ``step`` as published (nothing new yet); rank 0 removes stale temps and, with
@@ -72,12 +74,28 @@ class Publisher:
             return
         try:
             self.delta.close()
+            self._announce_landed()
         except Exception:
             if not quiet:
                 raise
-            log.exception("online_train: the last full snapshot could not be published")
+            log.exception("online_train: the last version could not be published")
         finally:
             self.delta.detach()
+
+    def poll(self) -> None:
+        """Between steps (rank 0): land what the background writers finished and call
+        ``publish_hook`` for the deltas now on disk. Raises a failed write's error."""
+        if self.delta is not None:
+            self.delta.poll()
+            self._announce_landed()
+
+    def _announce_landed(self) -> None:
+        landed = list(self.delta.landed)
+        self.delta.landed.clear()
+        for version, _path, nbytes in landed:
+            info = self._later.pop(version, None)
+            if info is not None and self.opts.publish_hook is not None:
+                self.opts.publish_hook({**info, "published_at": time.time(), "bytes": nbytes})
 
     def time_due(self, now: float) -> bool:
         """Whether ``publish_every_n_seconds`` have passed since the last publish."""
@@ -105,7 +123,14 @@ class Publisher:
         records = self.summary.total_records
         if self.delta is not None:
             path = self.delta.publish(step, records=records)
+            self._announce_landed()  # the previous version, landed before this one started
             kind, nbytes = self.delta.last_kind, self.delta.last_bytes
+            if self.delta.writing(self.delta.version):
+                self.summary.last_published = path
+                self._later[self.delta.version] = {
+                    "path": path, "step": step, "records": records, "cursor": cursor,
+                    "kind": kind}
+                return
         else:
             path = publish_weights(self.network, o.publish_dir, step, records=records,
                                    keep=o.keep_published_max)

@@ -1,0 +1,173 @@
+"""Deltas written by a thread (``DeltaPublisher(background=True)``, the default of
+``online_train``'s ``PublishOptions``): the loop goes on while a delta is written, the file
+holds the weights of its publish, ``LATEST`` and ``publish_hook`` name it only once it is on
+disk, and a failed write is rolled back so that no version goes missing from the chain."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+from lit_amp.rec import LazyAdam, PublishOptions, StopOptions, WideDeep
+from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published
+from lit_amp.rec.sources import SyntheticClickSource
+from tests.rec._helpers import make_model
+
+ROWS = 50_000
+
+
+class Net(nn.Module):
+    """A sparse table (row deltas) and a dense head (written whole in every delta)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(ROWS, 8, sparse=True)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(ids)).pow(2).sum()
+
+
+def _net():
+    net = Net()
+    opt = LazyAdam(net.parameters(), lr=0.1)
+    return net, opt
+
+
+def _train(net: Net, opt, ids) -> None:
+    opt.zero_grad(set_to_none=True)
+    net(torch.as_tensor(ids)).backward()
+    opt.step()
+
+
+def _state(net: Net) -> dict:
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _started(d, net, opt) -> DeltaPublisher:
+    """A background publisher whose first version (a full snapshot) is on disk."""
+    pub = DeltaPublisher(net, d, background=True)
+    pub.attach(opt)
+    pub.publish(step=1)
+    pub.close()
+    return pub
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """Holds every background delta write until ``gate.set()``."""
+    event = threading.Event()
+    real = DeltaPublisher._write_delta
+
+    def held(payload, path):
+        assert event.wait(30)
+        return real(payload, path)
+
+    monkeypatch.setattr(DeltaPublisher, "_write_delta", staticmethod(held))
+    return event
+
+
+def test_a_delta_holds_its_publish_while_training_goes_on_during_its_write(tmp_path, gate):
+    net, opt = _net()
+    pub = _started(tmp_path, net, opt)
+    _train(net, opt, [3, 7, 9])
+    at_publish = _state(net)
+    path = pub.publish(step=2)
+    assert pub.writing(2) and not os.path.exists(path)
+    for _ in range(3):  # the same rows and the dense head change during the write
+        _train(net, opt, [3, 7, 11])
+        pub.poll()
+    assert os.path.basename(latest_published(tmp_path)) == "full-000000000001.pt"
+    assert load_published(tmp_path)["version"] == 1
+    gate.set()
+    pub.poll(wait=True)
+    assert not pub.writing(2) and [v for v, _, _ in pub.landed] == [2]
+    assert latest_published(tmp_path) == path
+    payload = load_published(tmp_path)
+    assert payload["version"] == 2 and payload["refused"] is None
+    assert _same(payload["network"], at_publish)
+    assert not _same(payload["network"], _state(net))  # the live weights moved on
+    pub.close()
+
+
+def test_a_failed_delta_is_rolled_back_and_its_rows_written_again(tmp_path, monkeypatch):
+    net, opt = _net()
+    pub = _started(tmp_path, net, opt)
+    real = DeltaPublisher._write_delta
+
+    def disk_full(payload, path):
+        raise OSError(f"disk full writing {path}")
+
+    monkeypatch.setattr(DeltaPublisher, "_write_delta", staticmethod(disk_full))
+    _train(net, opt, [100, 101])
+    pub.publish(step=2)
+    with pytest.raises(OSError, match="disk full"):
+        pub.poll(wait=True)
+    assert pub.version == 1  # version 2 is written again by the next publish
+    assert os.path.basename(latest_published(tmp_path)) == "full-000000000001.pt"
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("delta-")]
+    monkeypatch.setattr(DeltaPublisher, "_write_delta", staticmethod(real))
+    _train(net, opt, [7])
+    path = pub.publish(step=3)
+    pub.close()
+    assert os.path.basename(path) == "delta-000000000002.pt"
+    assert pub.last_rows == 3  # rows 100, 101 of the failed write and row 7
+    payload = load_published(tmp_path)
+    assert payload["version"] == 2 and payload["step"] == 3 and payload["refused"] is None
+    assert _same(payload["network"], _state(net))
+
+
+def test_the_next_publish_raises_a_failed_delta_it_did_not_see(tmp_path, monkeypatch):
+    net, opt = _net()
+    pub = _started(tmp_path, net, opt)
+
+    def disk_full(payload, path):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(DeltaPublisher, "_write_delta", staticmethod(disk_full))
+    _train(net, opt, [5])
+    pub.publish(step=2)
+    _train(net, opt, [6])
+    with pytest.raises(OSError, match="disk full"):
+        pub.publish(step=3)  # waits for the delta of step 2, then raises its failure
+    monkeypatch.undo()
+    pub.publish(step=4)
+    pub.close()
+    payload = load_published(tmp_path)
+    assert payload["version"] == 2 and payload["step"] == 4
+    assert _same(payload["network"], _state(net))
+
+
+def test_online_train_names_a_delta_to_the_hook_once_it_is_on_disk(tmp_path):
+    torch.manual_seed(0)
+    net = WideDeep(vocab_size=2000, embed_dim=4, hidden=(8,), sparse=True)
+    model = make_model()
+    model = type(model)(net, torch.nn.BCEWithLogitsLoss(), LazyAdam(net.parameters(), lr=0.01))
+    seen: list[tuple] = []
+
+    def hook(info: dict) -> None:  # what a server polling LATEST would load now
+        seen.append((info["kind"], info["step"], os.path.exists(info["path"]),
+                     latest_published(tmp_path) == info["path"]))
+
+    model.online_train(
+        SyntheticClickSource(batch_size=8, num_records=80),
+        stop=StopOptions(max_steps=10),
+        publish=PublishOptions(tmp_path, publish_every_n_steps=2, delta=True,
+                               publish_hook=hook),
+    )
+    deltas = [s for s in seen if s[0] == "delta"]
+    assert [s[1] for s in deltas] == [4, 6, 8, 10]
+    assert all(on_disk and named for _, _, on_disk, named in deltas)
+    served = WideDeep(vocab_size=2000, embed_dim=4, hidden=(8,))
+    assert load_published(tmp_path, served)["step"] == 10
+    mine = model.lit_model.network.state_dict()
+    assert all(torch.equal(served.state_dict()[k], mine[k]) for k in mine)
