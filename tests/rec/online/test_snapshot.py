@@ -307,8 +307,9 @@ def _rss_mb() -> float:
 def test_copy_on_write_bookkeeping_costs_memory_only_while_a_snapshot_is_written(tmp_path):
     """A table's map of rows copied aside (4 bytes a row: 104 MB at 26 M rows, two per
     IdEmbedding, one set per checkpoint writer and full-snapshot writer) is resident only
-    where rows were copied, and only until the write is over."""
-    rows = 8 << 20  # 32 MB of weights: an eager map would be 32 MB more
+    where rows were copied, and only until the write is over (the margin: other allocations
+    of the test process)."""
+    rows = 32 << 20  # 128 MB of weights: an eager map would be 128 MB more
     emb = nn.Embedding(rows, 1, sparse=True)
     opt = torch.optim.SGD(emb.parameters(), lr=0.1)
     gc.collect()
@@ -316,15 +317,15 @@ def test_copy_on_write_bookkeeping_costs_memory_only_while_a_snapshot_is_written
     snaps = Snapshots([opt])
     snap = snaps.take({"state_dict": emb.state_dict()})
     assert snap.stats.protected == 1
-    assert _rss_mb() - before < 8
+    assert _rss_mb() - before < 32
     emb(torch.arange(0, rows, rows // 64)).sum().backward()
     opt.step()  # 64 rows copied aside: 64 pages of the map at most
-    assert _rss_mb() - before < 8
+    assert _rss_mb() - before < 32
     snap.write(tmp_path / "a.ckpt")
     assert snap.stats.cow_rows == 64
     got = torch.load(tmp_path / "a.ckpt", weights_only=True)["state_dict"]["weight"]
     assert not torch.equal(got, emb.weight.detach())
     del got
     gc.collect()
-    assert _rss_mb() - before < 8
+    assert _rss_mb() - before < 32
     snaps.remove()
