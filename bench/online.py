@@ -28,8 +28,8 @@ figures: on a shared machine they explain most of the variation.
 ``--scale``: the same Wide&Deep with 26 x {10^4, 10^5, 10^6} hashed rows (``--sizes``), sparse
 gradients and a row-sparse optimizer (``--optimizer``: LazyAdam or Adagrad), on a Criteo-like
 stream (:class:`CriteoLike`: power-law id frequencies, new ids appearing over time), each
-size in its own process: the bare step, a throughput phase and a freshness phase as above,
-and the bare step again (the ratio is to the faster of the two), batches of 4096 records,
+size in its own process: the bare step, a throughput phase, the bare step again (the ratio is
+to the faster of the two) and a freshness phase as above, batches of 4096 records,
 with background checkpoints every ``--ckpt-every`` s and delta publishes every
 ``--publish-every`` s. Per size: records/s and its ratio to the bare step, peak RSS over the
 parameter + optimizer bytes, checkpoint write time and training stall per checkpoint, publish
@@ -753,6 +753,9 @@ def run_size(vocab: int, o: dict) -> dict:
         print(f"[{vocab:,}] throughput for {o['seconds']:.0f} s ...", flush=True)
         thr = run_online(root / "throughput", rate=0.0, **common)
         shutil.rmtree(root / "throughput", ignore_errors=True)
+        # right after the throughput phase: this machine's speed drifts over minutes
+        print(f"[{vocab:,}] bare step again for {o['bare_seconds']:.0f} s ...", flush=True)
+        after = bare_step(o, net, opt, stream)
         rate = o["rate"] or min(o["rate_cap"], o["rate_fraction"] * thr["sustained_records_per_s"])
         rate = max(rate, float(o["batch"]))
         print(f"[{vocab:,}] freshness for {o['seconds']:.0f} s at {rate:,.0f} records/s ...",
@@ -760,8 +763,6 @@ def run_size(vocab: int, o: dict) -> dict:
         fr = run_online(root / "freshness", rate=rate, **common)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"[{vocab:,}] bare step again for {o['bare_seconds']:.0f} s ...", flush=True)
-    after = bare_step(o, net, opt, stream)
     # the ratio is taken to the faster of the two: a slow window never flatters it
     base = max(before, after, key=lambda b: b["records_per_s"])
     base = {**base, "before_records_per_s": before["records_per_s"],
