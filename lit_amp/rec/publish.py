@@ -361,12 +361,11 @@ class DeltaPublisher:
     def _write(self, payload: dict, version: int) -> str:
         """Check and write a versioned file now; remember it as the chain's newest."""
         _refuse_nonfinite(payload["network"], version)
-        payload["checksum"] = _checksum(payload)
         name = f"{payload['kind']}-{version:012d}.pt"
         path = os.path.join(self.directory, name)
-        atomic_write(path, lambda f: torch.save(payload, f))
+        nbytes = self._write_file(payload, path)
         self._newest = name
-        self.last_kind, self.last_bytes = payload["kind"], os.path.getsize(path)
+        self.last_kind, self.last_bytes = payload["kind"], nbytes
         self.last_rows = sum(int(r.numel()) for r in payload["rows"].values())
         return path
 
@@ -389,12 +388,13 @@ class DeltaPublisher:
         """Write the delta ``_delta_copy`` made in the background thread."""
         if self._delta_pool is None:
             self._delta_pool = ThreadPoolExecutor(1, thread_name_prefix="lit_amp-publish-delta")
-        future = self._delta_pool.submit(self._write_delta, payload, path)
+        future = self._delta_pool.submit(self._write_file, payload, path)
         self._pending_delta = (future, version, changes, full_too)
 
     @staticmethod
-    def _write_delta(payload: dict, path: str) -> int:
-        """The background thread: checksum and write a delta; returns its size."""
+    def _write_file(payload: dict, path: str) -> int:
+        """Checksum ``payload`` and write it atomically (in the loop, or in the background
+        thread for a delta); returns the file's size."""
         payload["checksum"] = _checksum(payload)
         atomic_write(path, lambda f: torch.save(payload, f))
         return os.path.getsize(path)

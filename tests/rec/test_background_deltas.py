@@ -66,13 +66,13 @@ def _started(d, net, opt) -> DeltaPublisher:
 def gate(monkeypatch):
     """Holds every background delta write until ``gate.set()``."""
     event = threading.Event()
-    real = DeltaPublisher._write_delta
+    real = DeltaPublisher._write_file
 
     def held(payload, path):
         assert event.wait(30)
         return real(payload, path)
 
-    monkeypatch.setattr(DeltaPublisher, "_write_delta", staticmethod(held))
+    monkeypatch.setattr(DeltaPublisher, "_write_file", staticmethod(held))
     return event
 
 
@@ -102,12 +102,12 @@ def test_a_delta_holds_its_publish_while_training_goes_on_during_its_write(tmp_p
 def test_a_failed_delta_is_rolled_back_and_its_rows_written_again(tmp_path, monkeypatch):
     net, opt = _net()
     pub = _started(tmp_path, net, opt)
-    real = DeltaPublisher._write_delta
+    real = DeltaPublisher._write_file
 
     def disk_full(payload, path):
         raise OSError(f"disk full writing {path}")
 
-    monkeypatch.setattr(DeltaPublisher, "_write_delta", staticmethod(disk_full))
+    monkeypatch.setattr(DeltaPublisher, "_write_file", staticmethod(disk_full))
     _train(net, opt, [100, 101])
     pub.publish(step=2)
     with pytest.raises(OSError, match="disk full"):
@@ -115,7 +115,7 @@ def test_a_failed_delta_is_rolled_back_and_its_rows_written_again(tmp_path, monk
     assert pub.version == 1  # version 2 is written again by the next publish
     assert os.path.basename(latest_published(tmp_path)) == "full-000000000001.pt"
     assert not [n for n in os.listdir(tmp_path) if n.startswith("delta-")]
-    monkeypatch.setattr(DeltaPublisher, "_write_delta", staticmethod(real))
+    monkeypatch.setattr(DeltaPublisher, "_write_file", staticmethod(real))
     _train(net, opt, [7])
     path = pub.publish(step=3)
     pub.close()
@@ -133,7 +133,7 @@ def test_the_next_publish_raises_a_failed_delta_it_did_not_see(tmp_path, monkeyp
     def disk_full(payload, path):
         raise OSError("disk full")
 
-    monkeypatch.setattr(DeltaPublisher, "_write_delta", staticmethod(disk_full))
+    monkeypatch.setattr(DeltaPublisher, "_write_file", staticmethod(disk_full))
     _train(net, opt, [5])
     pub.publish(step=2)
     _train(net, opt, [6])
