@@ -263,14 +263,16 @@ class OnlineLoop(MindSporeCallbackBridge):
         ck, pub = self.checkpoints, self.publisher
         ckpt_time = ck is not None and ck.time_due(now)
         ckpt_failed = ck is not None and ck.poll()  # a background write failed (rank 0)
-        stop_flag, ckpt_flag, failed = self.ranks.reduce_max(
-            [reason is not None, ckpt_time, ckpt_failed])
+        # a background delta written: LATEST and the hook name it; a failed publish (held)
+        pub_failed = pub is not None and pub.poll()
+        stop_flag, ckpt_flag, failed, pfailed = self.ranks.reduce_max(
+            [reason is not None, ckpt_time, ckpt_failed, pub_failed])
         if failed:
             ck.raise_failure()
+        if pfailed:
+            pub.raise_failure()
         if ck is not None and (ckpt_flag or ck.step_due(step)):
             ck.save(pl_module, step, self.cursor)
-        if pub is not None:
-            pub.poll()  # a background delta written: LATEST and the hook name it
         if pub is not None and (pub.step_due(step) or pub.time_due(now)):
             pub.publish(step, self.cursor)
         if stop_flag:
@@ -293,6 +295,8 @@ class OnlineLoop(MindSporeCallbackBridge):
         if self.publisher is not None and (applied or step != self.publisher.last_step):
             self.publisher.publish(step, self.cursor)
         self._finish()
+        if self.publisher is not None:
+            self.publisher.settle()  # under DDP a failed last publish stops every rank
         self._warn_about_leftovers()
         log.info(
             "online_train stopped (%s) at step %d: %d steps, %d records in %.1f s.",

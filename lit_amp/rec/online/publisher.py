@@ -5,7 +5,8 @@ Rank 0 writes, full snapshots (:func:`~lit_amp.rec.publish.publish_weights`) or,
 whose row tracking hooks the run's optimizers; with ``background``, deltas are written by a
 thread and ``publish_hook`` names one once it is on disk); the files and their reader are in
 :mod:`lit_amp.rec.publish`. At the start of a run, rank 0 removes the temp files a killed
-writer left in the folder. Non-finite weights are never published.
+writer left in the folder. Non-finite weights are never published. Under DDP a failed publish
+is held, and the ranks raise together at the next step end (as checkpoints' failures do).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Publisher:
         self.last_time = 0.0
         self.delta: DeltaPublisher | None = None  # rank 0 with ``delta``: the version writer
         self._later: dict[int, dict] = {}  # version -> hook info of a delta being written
+        self._error: Exception | None = None  # under DDP: a failure held for the step end
 
     def start(self, step: int, t0: float, optimizers: Any = ()) -> None:
         """Mark ``step`` as published (nothing new yet); rank 0 removes stale temps and, with
@@ -73,7 +75,7 @@ class Publisher:
         if self.delta is None:
             return
         try:
-            self.delta.close()
+            self._hold(self.delta.close)
             self._announce_landed()
         except Exception:
             if not quiet:
@@ -82,12 +84,42 @@ class Publisher:
         finally:
             self.delta.detach()
 
-    def poll(self) -> None:
+    def poll(self) -> bool:
         """Between steps (rank 0): land what the background writers finished and call
-        ``publish_hook`` for the deltas now on disk. Raises a failed write's error."""
+        ``publish_hook`` for the deltas now on disk. Raises a failed write's error (in one
+        process); under DDP returns whether a failure is held."""
         if self.delta is not None:
-            self.delta.poll()
+            self._hold(self.delta.poll)
             self._announce_landed()
+        return self._error is not None
+
+    def _hold(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``; in one process its error is raised, under DDP it is held (logged) for
+        the ranks to raise together (:meth:`raise_failure`): a rank raising alone would leave
+        the others waiting in their next collective."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if self.ranks.world == 1:
+                raise
+            log.error("online_train: rank %d failed to publish (every rank stops at the next "
+                      "step end): %r", self.ranks.rank, exc)
+            if self._error is None:
+                self._error = exc
+            return None
+
+    def raise_failure(self) -> None:
+        """Raise the held failure (this rank's own error, or one naming the failed rank)."""
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        raise RuntimeError("online_train: another rank failed to publish (its log says why); "
+                           "every rank stops.")
+
+    def settle(self) -> None:
+        """At the end of a run under DDP: every rank raises if one holds a failed publish."""
+        if self.ranks.reduce_max([int(self._error is not None)])[0]:
+            self.raise_failure()
 
     def _announce_landed(self) -> None:
         landed = list(self.delta.landed)
@@ -109,10 +141,14 @@ class Publisher:
 
     def publish(self, step: int, cursor: Any) -> None:
         """Publish the weights of ``step``; then call ``publish_hook`` (``cursor`` in its info).
+        Under DDP a failure is held (:meth:`_hold`).
 
         Raises:
             RuntimeError: a weight is NaN / inf (non-finite weights are never published).
         """
+        self._hold(self._publish, step, cursor)
+
+    def _publish(self, step: int, cursor: Any) -> None:
         if self.delta is None:  # a delta checks the values it writes (rank 0 only)
             refuse_nonfinite(self.network, f"the weights of step {step}")
         self.last_step = step

@@ -56,6 +56,21 @@ class LogIds(Callback):
             time.sleep(self.sleep)
 
 
+def _fail_writes_after(n: int) -> None:
+    """Versioned publish files fail to write (``OSError``, as on a full disk) after ``n``."""
+    from lit_amp.rec.publish import DeltaPublisher
+
+    real, calls = DeltaPublisher._write_file, [0]
+
+    def write(payload, path):
+        calls[0] += 1
+        if calls[0] > n:
+            raise OSError(28, "No space left on device (the test's full disk)", path)
+        return real(payload, path)
+
+    DeltaPublisher._write_file = staticmethod(write)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--data", required=True)
@@ -75,7 +90,11 @@ def main() -> None:
     p.add_argument("--save-weights", default=None, help="torch.save the final weights here")
     p.add_argument("--delta-publish", default=None,
                    help="publish deltas here every 2 steps, a full snapshot every 3 publishes")
+    p.add_argument("--fail-publish-after", type=int, default=None,
+                   help="rank 0's versioned-file writes fail (disk full) after this many")
     a = p.parse_args()
+    if a.fail_publish_after is not None and os.environ.get("LOCAL_RANK", "0") == "0":
+        _fail_writes_after(a.fail_publish_after)
     if a.wait_for:  # started early so that the imports above overlap another run
         while not os.path.exists(a.wait_for):
             time.sleep(0.02)

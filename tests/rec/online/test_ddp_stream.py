@@ -76,6 +76,15 @@ def _assert_same_weights(got: dict, want: dict) -> None:
 
 def _run_two_ranks(tmp_path: Path, extra: list[str]) -> list[dict]:
     """Both ranks of ``_online_worker.py`` under DDP; returns their summaries."""
+    outs = _two_ranks(tmp_path, extra)
+    assert all(rc == 0 for rc, _, _ in outs), "\n".join(
+        f"--- rank {r} (exit {rc}):\n{(out + err)[-3000:]}" for r, (rc, out, err) in enumerate(outs)
+    )
+    return [json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0]) for _, out, _ in outs]
+
+
+def _two_ranks(tmp_path: Path, extra: list[str]) -> list[tuple[int, str, str]]:
+    """Both ranks of ``_online_worker.py`` under DDP: ``(exit status, stdout, stderr)`` each."""
     data, ckpt, log = tmp_path / "data", tmp_path / "ckpt", tmp_path / "trained.log"
     port = free_port()
     procs = []
@@ -122,10 +131,7 @@ def _run_two_ranks(tmp_path: Path, extra: list[str]) -> list[dict]:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    assert all(rc == 0 for rc, _, _ in outs), "\n".join(
-        f"--- rank {r} (exit {rc}):\n{(out + err)[-3000:]}" for r, (rc, out, err) in enumerate(outs)
-    )
-    return [json.loads(out.split("SUMMARY ", 1)[1].splitlines()[0]) for _, out, _ in outs]
+    return outs
 
 
 def test_ddp_on_an_uneven_finite_stream_trains_every_record_once(tmp_path):
@@ -243,3 +249,20 @@ def test_ddp_delta_publishing_serves_exactly_the_trained_weights(tmp_path):
     assert all(torch.equal(served["network"][k], trained[k]) for k in trained)
     names = sorted(p.name for p in pub.iterdir())
     assert any(n.startswith("delta-") for n in names) and any(n.startswith("full-") for n in names)
+
+
+def test_ddp_a_failed_publish_on_rank_0_stops_every_rank(tmp_path):
+    """Rank 0's disk fills up: after the first full snapshot and a delta, the next delta's
+    write (by the thread) fails. Both ranks stop with an error that says so, at the same step,
+    instead of rank 1 waiting for rank 0 in a collective."""
+    _uneven_files(tmp_path / "data", per_shard=(5, 4), per_file=20)
+    outs = _two_ranks(tmp_path, ["--delta-publish", str(tmp_path / "pub"),
+                                 "--fail-publish-after", "2"])
+    (rc0, out0, err0), (rc1, out1, err1) = outs
+    assert rc0 != 0 and rc1 != 0, (out0 + err0)[-2000:] + (out1 + err1)[-2000:]
+    assert "No space left on device (the test's full disk)" in err0
+    assert "another rank failed to publish" in err1
+    assert "SUMMARY" not in out0 + out1
+    trained = [len(Path(f"{tmp_path}/trained.log.rank{r}").read_text().splitlines())
+               for r in (0, 1)]
+    assert trained[0] == trained[1] < 10  # the ranks stopped at the same step, early
