@@ -55,6 +55,7 @@ from torch.utils.hooks import RemovableHandle
 
 from lit_amp._runtime import world_size
 from lit_amp._validation import check_bool, check_choice, check_int, type_error
+from lit_amp.rec.huge_pages import huge_empty
 
 __all__ = ["IdEmbedding"]
 
@@ -152,7 +153,7 @@ class IdEmbedding(nn.Module):
         self.seed = check_int(owner, "seed", seed, minimum=0)
         self.num_rows = n
         # a row is initialised when a key takes it; the last is the shared row, zero at first
-        self.weight = nn.Parameter(torch.zeros(n + 1, embedding_dim))
+        self.weight = nn.Parameter(huge_empty(n + 1, embedding_dim).zero_())
         self.register_buffer("row_keys", torch.full((n, 2), -1, dtype=torch.long))
         self.register_buffer("row_count", torch.zeros(n, dtype=torch.long))
         self.register_buffer("row_seen", torch.zeros(n, dtype=torch.long))

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lit_amp.rec.huge_pages import MIN_BYTES, huge_empty, huge_zeros_like
 from lit_amp.rec.id_embedding import IdEmbedding
 
 __all__ = ["WideDeep", "LazyAdam"]
@@ -101,7 +102,8 @@ class WideDeep(nn.Module):
         self.embedding: nn.Module = (
             IdEmbedding(rows, embed_dim + 1, num_features=num_cat, sparse=sparse,
                         init=_init_rows)
-            if collisionless else nn.Embedding(rows, embed_dim + 1, sparse=sparse)
+            if collisionless else nn.Embedding(rows, embed_dim + 1, sparse=sparse,
+                                               _weight=huge_empty(rows, embed_dim + 1))
         )
         self.wide_dense = nn.Linear(num_dense, 1) if num_dense else None
         layers: list[nn.Module] = []
@@ -140,6 +142,15 @@ class WideDeep(nn.Module):
             wide = wide + self.wide_dense(x).squeeze(1)
             deep = torch.cat([x, deep], dim=1)
         return wide + self.mlp(deep).squeeze(1)
+
+
+def _moments_on_huge_pages(optimizer: torch.optim.Optimizer) -> None:
+    """After ``load_state_dict``: copy the moments (allocated by the loader) onto huge pages."""
+    for state in optimizer.state.values():
+        for key in ("exp_avg", "exp_avg_sq"):
+            t = state.get(key)
+            if torch.is_tensor(t) and t.numel() * t.element_size() >= MIN_BYTES:
+                state[key] = huge_zeros_like(t).copy_(t)
 
 
 class LazyAdam(torch.optim.Optimizer):
@@ -181,6 +192,7 @@ class LazyAdam(torch.optim.Optimizer):
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"For 'LazyAdam', 'betas' must be in [0, 1), but got {betas}.")
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps})
+        self.register_load_state_dict_post_hook(_moments_on_huge_pages)
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -197,8 +209,8 @@ class LazyAdam(torch.optim.Optimizer):
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg"] = huge_zeros_like(p)
+                    state["exp_avg_sq"] = huge_zeros_like(p)
                 state["step"] += 1
                 t = state["step"]
                 bc1, bc2 = 1 - b1**t, 1 - b2**t
