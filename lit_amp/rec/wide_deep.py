@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lit_amp._sparse import coalesced
 from lit_amp.rec.huge_pages import MIN_BYTES, huge_empty, huge_zeros_like
 from lit_amp.rec.id_embedding import IdEmbedding
 
@@ -217,7 +218,7 @@ class LazyAdam(torch.optim.Optimizer):
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 g = p.grad
                 if g.is_sparse:
-                    g = g.coalesce()
+                    g = coalesced(g)
                     idx, val = g.indices()[0], g.values()
                     m_rows = m.index_select(0, idx).mul_(b1).add_(val, alpha=1 - b1)
                     v_rows = v.index_select(0, idx).mul_(b2).addcmul_(val, val, value=1 - b2)

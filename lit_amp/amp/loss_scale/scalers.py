@@ -44,6 +44,7 @@ from typing import Any, Union
 import torch
 from torch import Tensor
 
+from lit_amp._sparse import coalesced
 from lit_amp._validation import check_int, check_number, check_positive_int
 from lit_amp.amp.loss_scale.rule import TENSOR, DynamicScaleRule, next_scale_state
 
@@ -89,7 +90,7 @@ def _flatten_tensors(inputs: Any, where: str) -> list[Tensor]:
 
 def _dense_values(t: Tensor) -> Tensor:
     if t.is_sparse:
-        return t.coalesce()._values()
+        return coalesced(t)._values()
     return t
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from lit_amp._sparse import coalesced
+
 __all__ = ["NonFiniteGuard", "all_finite", "first_nonfinite", "refuse_nonfinite"]
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,7 @@ def all_finite(t: torch.Tensor) -> bool:
         (True, False)
     """
     if t.is_sparse:
-        t = t.coalesce().values()
+        t = coalesced(t).values()
     if not t.is_floating_point() and not t.is_complex():
         return True
     if bool(_finite(t)):  # one reduction, no temporaries: 15-30 x faster than isfinite
@@ -53,7 +55,7 @@ def _finite(t: torch.Tensor) -> torch.Tensor:
     """A 0-d bool tensor: True only if every value of ``t`` is finite (a sum holding a NaN or
     an inf is NaN / inf); False also when the sum overflows (check exactly then)."""
     if t.is_sparse:
-        t = t.coalesce().values()
+        t = coalesced(t).values()
     return torch.isfinite(t.sum())
 
 
@@ -126,7 +128,7 @@ class NonFiniteGuard:
             return
         for p in params:  # coalesced once, here: the optimizer's own coalesce is then free
             if p.grad.is_sparse and not p.grad.is_coalesced():
-                p.grad = p.grad.coalesce()
+                p.grad = coalesced(p.grad)
         flags = [_finite(p.grad) for p in params]
         try:
             ok = bool(torch.stack(flags).all())  # one device sync

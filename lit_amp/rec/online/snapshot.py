@@ -46,6 +46,7 @@ from typing import IO, Any
 import torch
 
 from lit_amp._io import atomic_write
+from lit_amp._sparse import coalesced
 from lit_amp.rec.online.guard import all_finite
 from lit_amp.rec.touched import _row_local
 
@@ -391,7 +392,7 @@ class Snapshot:
                     g = p.grad
                     if g.is_sparse and g.sparse_dim() == 1:
                         if not g.is_coalesced():
-                            g = p.grad = g.coalesce()  # the optimizer would coalesce it too
+                            g = p.grad = coalesced(g)  # the optimizer would coalesce it too
                         rows = g.indices()[0]
                     else:  # a dense gradient changes every row
                         rows = torch.arange(prot.rows)
