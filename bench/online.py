@@ -67,6 +67,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DOC, machine, write_result  # noqa: E402
 
+from lit_amp import auto_mixed_precision  # noqa: E402
 from lit_amp.callbacks import Callback  # noqa: E402
 from lit_amp.rec import (  # noqa: E402
     CheckpointOptions,
@@ -528,6 +529,9 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
                     help="--scale / --soak: rows per feature")
     ap.add_argument("--optimizer", choices=("lazyadam", "adagrad"), default="lazyadam")
+    ap.add_argument("--amp", choices=("O0", "O1", "O2"), default="O0",
+                    help="--scale/--soak: auto_mixed_precision of the network (bf16 on the CPU), "
+                         "for the bare step and the online phases alike")
     ap.add_argument("--collisionless", action="store_true",
                     help="--scale / --soak: IdEmbedding tables (one row per id) instead of hashed")
     ap.add_argument("--ckpt-every", type=float, default=60.0, help="--scale: seconds")
@@ -636,11 +640,15 @@ SCALE_TARGETS = {"records_per_s": 40_000.0, "ratio_to_bare": 0.9, "rss_over_stat
                  "freshness_p90_s": 4.0}
 
 
-def scale_model(vocab: int, optimizer: str, collisionless: bool) -> tuple[nn.Module, Any]:
-    """Wide&Deep with ``26 x vocab`` rows of width 17 (16 deep + 1 wide), sparse gradients."""
+def scale_model(vocab: int, optimizer: str, collisionless: bool,
+                amp: str = "O0") -> tuple[nn.Module, Any]:
+    """Wide&Deep with ``26 x vocab`` rows of width 17 (16 deep + 1 wide), sparse gradients;
+    ``amp``: ``auto_mixed_precision`` at that level in bfloat16 (O1: the MLP's layers)."""
     torch.manual_seed(0)
     net = WideDeep(vocab_size=vocab, embed_dim=16, hidden=(256, 128), sparse=True,
                    collisionless=collisionless)
+    if amp != "O0":
+        net = auto_mixed_precision(net, amp, dtype=torch.bfloat16)
     if optimizer == "adagrad":
         return net, torch.optim.Adagrad(net.parameters(), lr=0.01)
     opt = LazyAdam(net.parameters(), lr=1e-3)
@@ -736,7 +744,7 @@ def run_size(vocab: int, o: dict) -> dict:
     torch.set_num_threads(o["threads"])
     sampler = RssSampler(0.25)
     t0 = time.monotonic()
-    net, opt = scale_model(vocab, o["optimizer"], o["collisionless"])
+    net, opt = scale_model(vocab, o["optimizer"], o["collisionless"], o["amp"])
     init_s = time.monotonic() - t0
     stream = ("criteo", o["new_frac"])
     fault_in(net, opt, o["batch"], stream)
@@ -788,7 +796,7 @@ def run_soak(vocab: int, o: dict) -> dict:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(o["threads"])
     sampler = RssSampler(1.0)
-    net, opt = scale_model(vocab, o["optimizer"], o["collisionless"])
+    net, opt = scale_model(vocab, o["optimizer"], o["collisionless"], o["amp"])
     stream = ("criteo", o["soak_new_frac"])
     run_baseline(2.0, o["batch"], net, opt, stream, n_batches=4)  # the optimizer state exists
     sizes = state_bytes(net, opt)
@@ -853,7 +861,7 @@ def run_ckpt_check(vocab: int, o: dict) -> dict:
     from lit_amp.rec.online.snapshot import Snapshots
 
     torch.set_num_threads(o["threads"])
-    net, opt = scale_model(vocab, o["optimizer"], o["collisionless"])
+    net, opt = scale_model(vocab, o["optimizer"], o["collisionless"], o["amp"])
     stream = ("criteo", o["new_frac"])
     gen, schema = make_stream(stream, o["batch"]), SyntheticClickSource(batch_size=1000).schema
     batches = [schema.to_batch(gen.columns(i)) for i in range(100)]
@@ -943,11 +951,12 @@ def in_process(kind: str, vocab: int, o: dict) -> dict:
 def run_scale_or_soak(args: argparse.Namespace) -> None:
     o = {k: getattr(args, k) for k in (
         "seconds", "batch", "rate", "rate_fraction", "rate_cap", "publish_every", "threads",
-        "optimizer", "collisionless", "ckpt_every", "full_publishes", "new_frac",
+        "optimizer", "collisionless", "amp", "ckpt_every", "full_publishes", "new_frac",
         "bare_seconds", "soak_minutes", "soak_rate", "soak_new_frac")}
     model = (f"WideDeep(13 dense, 26 cat, embed 16 + 1 wide, MLP 256-128), sparse, "
              f"{'LazyAdam' if args.optimizer == 'lazyadam' else 'Adagrad'}, "
-             f"{'IdEmbedding (collision-free)' if args.collisionless else 'hashed'} tables")
+             f"{'IdEmbedding (collision-free)' if args.collisionless else 'hashed'} tables"
+             + ("" if args.amp == "O0" else f", auto_mixed_precision {args.amp} bfloat16"))
     common = {"model": model, "batch": args.batch, "threads": args.threads,
               "publish_every": args.publish_every, "ckpt_every": args.ckpt_every,
               "delta_publishes": not args.full_publishes, "loadavg_start": os.getloadavg(),
