@@ -35,7 +35,7 @@ from lit_amp._io import remove_stale_temps
 from lit_amp.rec._stream import OnlineStream
 from lit_amp.rec.online.guard import refuse_nonfinite
 from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary
-from lit_amp.rec.online.ranks import Ranks
+from lit_amp.rec.online.ranks import Ranks, raise_held
 from lit_amp.rec.online.snapshot import Snapshot, SnapshotBroken, Snapshots, SnapshotStats
 from lit_amp.rec.publish import latest_checkpoint, plain_state, prune_checkpoints
 from lit_amp.serialization import checkpoint_payload, save_checkpoint
@@ -240,11 +240,9 @@ class CursorCheckpoints:
 
     def raise_failure(self) -> None:
         """Raise the failure of rank 0's last background write (its own error on rank 0)."""
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
-        raise RuntimeError("online_train: rank 0 failed to write a checkpoint (its log says "
-                           "why); every rank stops.")
+        err, self._error = self._error, None
+        raise_held(err, "online_train: rank 0 failed to write a checkpoint (its log says why); "
+                        "every rank stops.")
 
     def finish(self, lit: Any, step: int, cursor: Any, force: bool = False) -> None:
         """The final checkpoint (if a step is not covered yet, or ``force``: the weights

@@ -21,7 +21,7 @@ import torch
 from lit_amp._io import remove_stale_temps
 from lit_amp.rec.online.guard import refuse_nonfinite
 from lit_amp.rec.online.options import OnlineSummary, PublishOptions
-from lit_amp.rec.online.ranks import Ranks
+from lit_amp.rec.online.ranks import Ranks, raise_held
 from lit_amp.rec.publish import DeltaPublisher, publish_weights
 
 __all__ = ["Publisher"]
@@ -109,12 +109,10 @@ class Publisher:
             return None
 
     def raise_failure(self) -> None:
-        """Raise the held failure (this rank's own error, or one naming the failed rank)."""
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
-        raise RuntimeError("online_train: another rank failed to publish (its log says why); "
-                           "every rank stops.")
+        """Raise the held failure (this rank's own error, or one saying another rank failed)."""
+        err, self._error = self._error, None
+        raise_held(err, "online_train: another rank failed to publish (its log says why); every "
+                        "rank stops.")
 
     def settle(self) -> None:
         """At the end of a run under DDP: every rank raises if one holds a failed publish."""

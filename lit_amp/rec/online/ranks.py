@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Ranks"]
+__all__ = ["Ranks", "raise_held"]
 
 
 class Ranks:
@@ -70,3 +70,11 @@ class Ranks:
         """Wait for every rank (nothing in one process)."""
         if self.world > 1:
             torch.distributed.barrier()
+
+
+def raise_held(error: BaseException | None, message: str) -> None:
+    """Raise a failure the ranks agreed to stop on: this rank's own ``error``, or (another rank
+    failed) a ``RuntimeError`` with ``message``."""
+    if error is not None:
+        raise error
+    raise RuntimeError(message)
