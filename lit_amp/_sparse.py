@@ -19,11 +19,12 @@ __all__ = ["coalesced"]
 
 
 def coalesced(t: torch.Tensor) -> torch.Tensor:
-    """``t.coalesce()``; a 1-d-indexed tensor whose indices strictly increase is only marked
-    coalesced (it is: sorted, no duplicates), in place, without a copy."""
+    """``t.coalesce()``; a 1-d-indexed tensor whose indices strictly increase (and that does
+    not require grad) is only marked coalesced (it is: sorted, no duplicates), in place,
+    without a copy."""
     if t.is_coalesced():
         return t
-    if t.sparse_dim() == 1:
+    if t.sparse_dim() == 1 and not t.requires_grad:
         idx = t._indices()[0]
         if idx.numel() < 2 or bool((idx[1:] > idx[:-1]).all()):
             return t._coalesced_(True)

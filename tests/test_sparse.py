@@ -42,3 +42,11 @@ def test_wide_deeps_embedding_gradient_is_marked_not_sorted():
     want = g.coalesce()
     assert coalesced(g) is g and g.is_coalesced()
     assert torch.equal(g._indices(), want._indices()) and torch.equal(g._values(), want._values())
+
+
+def test_a_tensor_that_requires_grad_is_coalesced_by_torch():
+    """Marking is an in-place change, which autograd refuses on a leaf that requires grad."""
+    t = torch.sparse_coo_tensor(torch.tensor([[1, 4]]), torch.ones(2, 2), (9, 2),
+                                requires_grad=True)
+    got = coalesced(t)
+    assert got.is_coalesced() and got is not t and torch.equal(got.to_dense(), t.to_dense())
