@@ -304,7 +304,7 @@ def _freshness(land_log: str, publishes: list) -> tuple[dict, list[float]]:
 def run_online(
     workdir: Path, *, seconds: float, batch: int, rate: float, publish_every: float, warmup: float,
     model: RecModel | None = None, stream: tuple = ("synthetic",), ckpt_every: float = 30.0,
-    publish: dict | None = None, delete_consumed: bool = False,
+    publish: dict | None = None, delete_consumed: bool = False, full_every: int = 1,
 ) -> dict:
     """One online phase: producer process + online_train for ``seconds``."""
     data = workdir / "data"
@@ -343,7 +343,8 @@ def run_online(
                 callbacks=[progress],
                 stop=StopOptions(max_time=seconds),
                 checkpoint=CheckpointOptions(workdir / "ckpt", ckpt_every_n_seconds=ckpt_every,
-                                             keep_checkpoint_max=2),
+                                             keep_checkpoint_max=2,
+                                             full_every_n_checkpoints=full_every),
                 publish=PublishOptions(workdir / "publish", publish_every_n_seconds=publish_every,
                                        publish_hook=hook, **(publish or {})),
             )
@@ -535,6 +536,9 @@ def main() -> None:
     ap.add_argument("--collisionless", action="store_true",
                     help="--scale / --soak: IdEmbedding tables (one row per id) instead of hashed")
     ap.add_argument("--ckpt-every", type=float, default=60.0, help="--scale: seconds")
+    ap.add_argument("--full-every", type=int, default=10,
+                    help="--scale / --soak: one checkpoint in this many whole, the others row "
+                    "increments (CheckpointOptions.full_every_n_checkpoints); 1: all whole")
     ap.add_argument("--full-publishes", action="store_true",
                     help="--scale: full publishes instead of deltas")
     ap.add_argument("--new-frac", type=float, default=0.02,
@@ -675,6 +679,10 @@ def _median(xs: list) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def _is_increment(figure: dict) -> bool:
+    return str(figure.get("path", "")).endswith("-rows.ckpt")
+
+
 def _checkpoint_summary(phases: list[dict]) -> dict:
     figs = [f for ph in phases for f in ph["checkpoints"]]
     bg = [f for f in figs if f["background"]]
@@ -686,7 +694,11 @@ def _checkpoint_summary(phases: list[dict]) -> dict:
         "stalls_s": [round(f["stall_s"], 4) for f in bg],  # in order: an outlier's place
         "waited_s_max": max((f["waited_s"] for f in bg), default=None),
         "write_s_median": _median([f["write_s"] for f in bg]),
-        "bytes": _median([f["bytes"] for f in figs]),
+        "bytes": _median([f["bytes"] for f in figs if not _is_increment(f)]),
+        "increments": sum(_is_increment(f) for f in bg),
+        "increment_bytes_median": _median([f["bytes"] for f in bg if _is_increment(f)]),
+        "increment_write_s_median": _median([f["write_s"] for f in bg if _is_increment(f)]),
+        "whole_write_s_median": _median([f["write_s"] for f in bg if not _is_increment(f)]),
         "cow_rows_median": _median([f["cow_rows"] for f in bg]),
         "cow_bytes_max": max((f["cow_bytes"] for f in bg), default=None),
         # a checkpoint written by the loop (the final one): what every checkpoint stalled before
@@ -756,6 +768,7 @@ def run_size(vocab: int, o: dict) -> dict:
     common = {"seconds": o["seconds"], "batch": o["batch"], "warmup": min(10.0, o["seconds"] / 4),
               "publish_every": o["publish_every"], "model": model, "stream": stream,
               "ckpt_every": o["ckpt_every"], "delete_consumed": True,
+              "full_every": o["full_every"],
               "publish": {} if o["full_publishes"] else {"delta": True}}
     try:
         print(f"[{vocab:,}] throughput for {o['seconds']:.0f} s ...", flush=True)
@@ -809,6 +822,7 @@ def run_soak(vocab: int, o: dict) -> dict:
         run = run_online(root / "soak", seconds=seconds, batch=o["batch"],
                          rate=o["soak_rate"], publish_every=o["publish_every"], warmup=10.0,
                          model=model, stream=stream, ckpt_every=max(60.0, o["ckpt_every"]),
+                         full_every=o["full_every"],
                          publish={} if o["full_publishes"] else {"delta": True},
                          delete_consumed=True)
     finally:
@@ -951,7 +965,8 @@ def in_process(kind: str, vocab: int, o: dict) -> dict:
 def run_scale_or_soak(args: argparse.Namespace) -> None:
     o = {k: getattr(args, k) for k in (
         "seconds", "batch", "rate", "rate_fraction", "rate_cap", "publish_every", "threads",
-        "optimizer", "collisionless", "amp", "ckpt_every", "full_publishes", "new_frac",
+        "optimizer", "collisionless", "amp", "ckpt_every", "full_every", "full_publishes",
+        "new_frac",
         "bare_seconds", "soak_minutes", "soak_rate", "soak_new_frac")}
     model = (f"WideDeep(13 dense, 26 cat, embed 16 + 1 wide, MLP 256-128), sparse, "
              f"{'LazyAdam' if args.optimizer == 'lazyadam' else 'Adagrad'}, "
@@ -959,6 +974,7 @@ def run_scale_or_soak(args: argparse.Namespace) -> None:
              + ("" if args.amp == "O0" else f", auto_mixed_precision {args.amp} bfloat16"))
     common = {"model": model, "batch": args.batch, "threads": args.threads,
               "publish_every": args.publish_every, "ckpt_every": args.ckpt_every,
+              "full_every": args.full_every,
               "delta_publishes": not args.full_publishes, "loadavg_start": os.getloadavg(),
               "targets": SCALE_TARGETS}
     if args.ckpt_check:

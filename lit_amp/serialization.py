@@ -18,6 +18,15 @@ files and Lightning's own and adds four derived views (:func:`checkpoint_views`)
 (the weights under the network's own names), ``"optimizer"``, ``"loss_scale"`` and
 ``"append_info"``. Files are written with :func:`lit_amp._io.atomic_write`.
 
+A *row increment* (written by ``online_train`` with ``full_every_n_checkpoints > 1``) holds
+the whole dict too, except that some big row tensors (an embedding table, its optimizer
+moments) hold only the rows changed since the previous checkpoint. ``"lit_amp_rows"`` says
+which: ``{"prev": <the previous checkpoint's file name, in the same folder>, "prev_id": <its
+"lit_amp_chain_id">, "tensors": [[<the keys leading to the tensor>, <its row indices>], ...]}``;
+every file of a chain has its own random ``"lit_amp_chain_id"``. :func:`load_checkpoint` reads
+the chain back to its full checkpoint and returns the whole state; a missing link, or a file
+of that name that is not the one the increment follows (a later run's), is refused.
+
 Example:
     >>> from lit_amp.serialization import save_checkpoint, load_checkpoint
 """
@@ -38,6 +47,8 @@ __all__ = [
     "FORMAT_KEY",
     "LOSS_SCALE_KEY",
     "PREFIX_KEY",
+    "ROWS_KEY",
+    "CHAIN_KEY",
     "checkpoint_payload",
     "checkpoint_views",
     "load_checkpoint",
@@ -55,6 +66,10 @@ CHECKPOINT_FORMAT = "lit_amp/2"
 FORMAT_KEY = "lit_amp_format"
 #: where the network's names start in ``state_dict`` (``"network."`` for a LitModel)
 PREFIX_KEY = "lit_amp_network_prefix"
+#: a row increment's rows and predecessor (see the module docstring)
+ROWS_KEY = "lit_amp_rows"
+#: a random id of each file of a chain of row increments
+CHAIN_KEY = "lit_amp_chain_id"
 #: the loss-scale state (``LossScaleController.STATE_KEY``)
 LOSS_SCALE_KEY = "lit_amp_loss_scale"
 #: the ``AutoBoost`` state
@@ -189,17 +204,9 @@ def load_checkpoint(
             f"{ckpt_file_name!r} of type {type(ckpt_file_name).__name__}."
         )
     path = os.fspath(ckpt_file_name)
-    if not os.path.isfile(path):
-        raise ValueError(f"load_checkpoint: 'ckpt_file_name' {path!r} does not exist.")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=weights_only)
-    except Exception as exc:  # pickle.UnpicklingError and friends
-        raise ValueError(
-            f"load_checkpoint: {path!r} could not be read with weights_only={weights_only} "
-            f"({type(exc).__name__}: {exc}); if the file is trusted, pass weights_only=False."
-        ) from exc
-    if not isinstance(state, dict):
-        raise ValueError(f"load_checkpoint: {path!r} does not hold a checkpoint dict.")
+    state = _read(path, weights_only)
+    if ROWS_KEY in state:
+        state = _resolve_rows(path, state, weights_only)
     state = checkpoint_views(state)
     if net is not None:
         _load_into(net, state, strict_load, repr(path))
@@ -208,6 +215,75 @@ def load_checkpoint(
 
 def _is_checkpoint(state: dict) -> bool:
     return isinstance(state.get("state_dict"), dict)
+
+
+def _read(path: str, weights_only: bool, *, mmap: bool = False) -> dict:
+    if not os.path.isfile(path):
+        raise ValueError(f"load_checkpoint: 'ckpt_file_name' {path!r} does not exist.")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=mmap)
+    except Exception as exc:  # pickle.UnpicklingError and friends
+        raise ValueError(
+            f"load_checkpoint: {path!r} could not be read with weights_only={weights_only} "
+            f"({type(exc).__name__}: {exc}); if the file is trusted, pass weights_only=False."
+        ) from exc
+    if not isinstance(state, dict):
+        raise ValueError(f"load_checkpoint: {path!r} does not hold a checkpoint dict.")
+    return state
+
+
+def _resolve_rows(path: str, state: dict, weights_only: bool) -> dict:
+    """The whole state of the row increment ``state`` (read from ``path``): its chain read
+    back to the full checkpoint (memory-mapped), then every increment's rows applied in order.
+
+    Raises:
+        ValueError: a link of the chain is missing, unreadable or does not fit.
+    """
+    chain = [(path, state)]
+    while ROWS_KEY in chain[-1][1]:
+        at, inc = chain[-1]
+        prev = inc[ROWS_KEY].get("prev") if isinstance(inc[ROWS_KEY], dict) else None
+        if not isinstance(prev, str) or os.path.basename(prev) != prev or len(chain) > 100_000:
+            raise ValueError(f"load_checkpoint: {at!r} is a row increment without a valid "
+                             f"predecessor ({prev!r}).")
+        before = os.path.join(os.path.dirname(at), prev)
+        if not os.path.isfile(before):
+            raise ValueError(
+                f"load_checkpoint: {at!r} holds only the rows changed since {prev!r}, which is "
+                "missing: the chain back to its full checkpoint is broken, so this checkpoint "
+                "cannot be loaded (an older full checkpoint, or its increments, can).")
+        state = _read(before, weights_only, mmap=True)
+        if state.get(CHAIN_KEY) is None or state.get(CHAIN_KEY) != inc[ROWS_KEY].get("prev_id"):
+            raise ValueError(
+                f"load_checkpoint: {at!r} holds only the rows changed since {prev!r}, but that "
+                "file is not the one it follows (another run wrote it): the chain is broken.")
+        chain.append((before, state))
+    whole = chain[-1][1]
+    for at, inc in reversed(chain[:-1]):
+        for keys, rows in inc.pop(ROWS_KEY)["tensors"]:
+            _apply_rows(at, whole, inc, list(keys), rows)
+        whole = inc
+    return whole
+
+
+def _apply_rows(at: str, whole: dict, inc: dict, keys: list, rows: torch.Tensor) -> None:
+    """Write the rows ``inc`` holds at ``keys`` into the previous whole state's tensor and put
+    that tensor into ``inc``."""
+    try:
+        full, part, box = whole, inc, inc
+        for k in keys:
+            full, box, part = full[k], part, part[k]
+        ok = (isinstance(full, torch.Tensor) and isinstance(part, torch.Tensor)
+              and isinstance(rows, torch.Tensor) and rows.dim() == 1 and full.dim() >= 1
+              and part.shape == (len(rows), *full.shape[1:]) and part.dtype == full.dtype
+              and (len(rows) == 0 or 0 <= int(rows.min()) <= int(rows.max()) < len(full)))
+    except (KeyError, IndexError, TypeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"load_checkpoint: the rows {at!r} holds at {keys!r} do not fit the "
+                         "tensor of its predecessor: the chain is broken.")
+    full[rows.long()] = part
+    box[keys[-1]] = full
 
 
 def checkpoint_views(state: dict) -> dict:

@@ -20,7 +20,8 @@ Two kinds of files, on two cadences:
     (the version is then the full snapshot plus the deltas before it, and a warning says
     which file was refused and why).
 
-- **checkpoints** (``ckpt_dir``): ``online-{step:012d}.ckpt`` (lit_amp checkpoint format)
+- **checkpoints** (``ckpt_dir``): ``online-{step:012d}.ckpt`` (lit_amp checkpoint format;
+  ``online-{step:012d}-rows.ckpt``: a row increment, see :mod:`lit_amp.serialization`)
   holding the network, the optimizer, the loss-scale state and, under ``"online"``, the
   stream cursor(s) and counters — one file, so they are restored together.
 
@@ -69,7 +70,7 @@ PUBLISH_FORMAT = "lit_amp.rec/1"
 DELTA_FORMAT = "lit_amp.rec.delta/1"
 _PUBLISHED = re.compile(r"^model-(\d+)\.pt$")
 _VERSIONED = re.compile(r"^(full|delta)-(\d+)\.pt$")
-_CKPT = re.compile(r"^online-(\d+)\.ckpt$")
+_CKPT = re.compile(r"^online-(\d+)(-rows)?\.ckpt$")
 #: the fields of a versioned file the checksum covers besides its tensors
 _HEADER = ("format", "kind", "version", "base", "full", "chain", "step", "records")
 
@@ -764,7 +765,8 @@ def list_checkpoints(ckpt_dir: str | os.PathLike) -> list[str]:
     """
     directory = os.fspath(ckpt_dir)
     try:
-        names = sorted(n for n in os.listdir(directory) if _CKPT.match(n))
+        names = sorted((n for n in os.listdir(directory) if _CKPT.match(n)),
+                       key=lambda n: int(_CKPT.match(n).group(1)))
     except FileNotFoundError:
         return []
     return [os.path.join(directory, n) for n in names]
@@ -823,13 +825,18 @@ def plain_state(obj: Any) -> Any:
 
 
 def prune_checkpoints(ckpt_dir: str | os.PathLike, keep: int) -> None:
-    """Delete all but the newest ``keep`` online checkpoints.
+    """Delete all but the newest ``keep`` online checkpoints and the chains they need (a row
+    increment ``online-{step}-rows.ckpt`` needs every file back to the whole checkpoint
+    before it).
 
     Example:
         >>> prune_checkpoints("/nonexistent", keep=2)
     """
     files = list_checkpoints(ckpt_dir)
-    for path in files[: max(0, len(files) - keep)]:
+    first = max(0, len(files) - keep)
+    while 0 < first < len(files) and _CKPT.match(os.path.basename(files[first])).group(2):
+        first -= 1  # an increment: keep its predecessor
+    for path in files[:first]:
         try:
             os.remove(path)
         except OSError as exc:

@@ -2,8 +2,9 @@
 
 Trains a tiny Wide&Deep (LazyAdam; its tables copied on write) from a DirectorySource that
 deletes the files a durable checkpoint covers; after every step appends ``step id id ...`` to
-``--log``. With ``--slow S``, every background write after the first sleeps ``S`` seconds per
-chunk it writes and, as it starts, writes the checkpoint's path to ``--marker``. Prints
+``--log``. With ``--slow S``, every background write from the ``--slow-from``-th (2) on sleeps
+``S`` seconds per chunk it writes and, as it starts, writes the checkpoint's path to
+``--marker``. ``--full-every N``: row increments between whole checkpoints. Prints
 ``SUMMARY {json}`` at the end.
 """
 
@@ -38,20 +39,21 @@ class LogIds(Callback):
             time.sleep(self.sleep)
 
 
-def slow_writes(seconds: float, marker: str) -> None:
-    """Every background write after the first is slow and announces itself in ``marker``."""
+def slow_writes(seconds: float, marker: str, first: int = 2) -> None:
+    """Every background write from the ``first``-th on is slow and announces itself in
+    ``marker``."""
     snapshot.MIN_PROTECTED_BYTES, snapshot.CHUNK_BYTES = 0, 1024
     write, as_bytes = snapshot.Snapshot.write, snapshot._as_bytes
     writes = []
 
     def announced(self, path):
         writes.append(path)
-        if len(writes) >= 2:
+        if len(writes) >= first:
             Path(marker).write_text(str(path))
         return write(self, path)
 
     def slow(t):
-        if len(writes) >= 2:
+        if len(writes) >= first:
             time.sleep(seconds)
         return as_bytes(t)
 
@@ -68,9 +70,11 @@ def main() -> None:
     p.add_argument("--sleep", type=float, default=0.0)
     p.add_argument("--slow", type=float, default=0.0)
     p.add_argument("--marker", default="")
+    p.add_argument("--slow-from", type=int, default=2)
+    p.add_argument("--full-every", type=int, default=1)
     a = p.parse_args()
     if a.slow:
-        slow_writes(a.slow, a.marker)
+        slow_writes(a.slow, a.marker, a.slow_from)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     net = WideDeep(vocab_size=64, embed_dim=4, hidden=(16,), sparse=True)
@@ -80,7 +84,8 @@ def main() -> None:
     summary = model.online_train(
         src, callbacks=[LogIds(a.log, a.sleep)], dataset_sink_mode=False,
         checkpoint=CheckpointOptions(a.ckpt, ckpt_every_n_steps=a.ckpt_every,
-                                     keep_checkpoint_max=3),
+                                     keep_checkpoint_max=3,
+                                     full_every_n_checkpoints=a.full_every),
     )
     print("SUMMARY " + json.dumps(dataclasses.asdict(summary)), flush=True)
     sys.exit(0)

@@ -151,6 +151,16 @@ class CheckpointOptions:
             whole); a checkpoint due while the previous one is still being written waits for
             it. False: the training loop writes the file itself. The final checkpoint is
             always written by the loop.
+        full_every_n_checkpoints: with background writes, one checkpoint in this many is
+            written whole; the others are *row increments* (``online-{step}-rows.ckpt``):
+            of a big embedding table stepped by a row-local optimizer (and its moments) they
+            hold only the rows changed since the previous checkpoint, so they write what the
+            stream touched, not the table (a table with more than half its rows changed is
+            written whole). Reading one reads its chain back to the whole
+            checkpoint (:func:`~lit_amp.serialization.load_checkpoint`), and
+            ``keep_checkpoint_max`` keeps the chains its newest checkpoints need. The first
+            checkpoint of a run, the final one and the one after a failed or abandoned write
+            are whole. 1 (the default): every checkpoint is whole.
 
     Raises:
         TypeError: a field of the wrong type.
@@ -167,6 +177,7 @@ class CheckpointOptions:
     keep_checkpoint_max: int = 5
     resume: bool = True
     background: bool = True
+    full_every_n_checkpoints: int = 1
 
     def __post_init__(self) -> None:
         owner = "CheckpointOptions"
@@ -177,6 +188,7 @@ class CheckpointOptions:
         check_positive_int(owner, "keep_checkpoint_max", self.keep_checkpoint_max)
         check_bool(owner, "resume", self.resume)
         check_bool(owner, "background", self.background)
+        check_positive_int(owner, "full_every_n_checkpoints", self.full_every_n_checkpoints)
 
 
 @dataclasses.dataclass(frozen=True)

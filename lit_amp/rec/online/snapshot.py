@@ -19,6 +19,13 @@ each storage filled in chunk by chunk: live rows merged with the rows copied asi
 weights (the ``state_dict`` entries) are checked for NaN / inf as they are written; a
 non-finite value aborts the file with a ``RuntimeError``.
 
+With ``track_rows``, :class:`Snapshots` also marks, at each step, the rows a row-local step
+changes in each big table; a take given the previous file's name (``prev``) is then a *row
+increment*: such a table and its moments are written as the rows changed since the previous
+take (a never-touched placeholder of that many rows in the frozen dict, filled from the live
+rows, copied on write as above), named in ``"lit_amp_rows"`` (see
+:mod:`lit_amp.serialization`).
+
 A module that writes rows of its own tensors outside optimizer steps (an
 :class:`~lit_amp.rec.id_embedding.IdEmbedding`: a new id's row, an eviction, usage counts, the
 moments of a reused row) is copied on write too when it announces those writes
@@ -40,15 +47,18 @@ import os
 import pickle
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import IO, Any
 
+import numpy as np
 import torch
 
 from lit_amp._io import atomic_write
 from lit_amp._sparse import coalesced
 from lit_amp.rec.online.guard import all_finite
 from lit_amp.rec.touched import _row_local
+from lit_amp.serialization import CHAIN_KEY, ROWS_KEY
 
 __all__ = ["Snapshot", "SnapshotBroken", "SnapshotStats", "Snapshots"]
 
@@ -56,6 +66,9 @@ __all__ = ["Snapshot", "SnapshotBroken", "SnapshotStats", "Snapshots"]
 CHUNK_BYTES = 16 << 20
 #: a parameter smaller than this is cloned (copy-on-write is not worth its bookkeeping)
 MIN_PROTECTED_BYTES = 1 << 20
+#: a table whose changed rows are more than this fraction of its rows is written whole (its
+#: row indices would cost more than the rows saved)
+MAX_INCREMENT_FRACTION = 0.5
 #: rows per block of the store of rows copied aside
 _BLOCK_ROWS = 1 << 16
 
@@ -136,9 +149,12 @@ class _Protected:
         self.tensors = tensors  # detached live tensors (they share the version counters)
         self.rows = tensors[0].shape[0]
         self.row_bytes = sum(t.shape[1] * t.element_size() for t in tensors)
-        self.slot = _slot_map(self.rows)  # row -> 1 + index into the stores, 0: not copied
+        self.slot = _zeroed(self.rows)  # row -> 1 + index into the stores, 0: not copied
         self.stores = [_RowStore(t) for t in tensors]
         self.done = [0] * len(tensors)  # rows [0, done[i]) of tensors[i] are written
+        # a row increment: the rows written (sorted), and their bitmap; None: every row
+        self.index: torch.Tensor | None = None
+        self.member: torch.Tensor | None = None
 
     def keep(self, which: list[bool]) -> None:
         """Follow only the tensors marked in ``which`` (those a snapshot writes)."""
@@ -150,6 +166,8 @@ class _Protected:
     def copy_aside(self, rows: torch.Tensor) -> int:
         """Copy the ``rows`` not written yet (and not copied before); returns how many."""
         rows = rows[rows >= min(self.done)]
+        if self.member is not None:
+            rows = rows[self.member[rows]]
         rows = rows[self.slot[rows] == 0]
         k = len(rows)
         if k:
@@ -171,28 +189,38 @@ class _Protected:
             buf[hit] = self.stores[i].gather(slots[hit].long() - 1)
         self.done[i] = r1
 
+    def overlay_rows(self, i: int, rows: torch.Tensor, buf: torch.Tensor) -> None:
+        """:meth:`overlay` for the rows ``rows`` (increasing; those after the last written)."""
+        slots = self.slot[rows]
+        hit = slots.nonzero().squeeze(1)
+        if len(hit):
+            buf[hit] = self.stores[i].gather(slots[hit].long() - 1)
+        self.done[i] = int(rows[-1]) + 1
+
     def release(self) -> None:
         """Free the rows copied aside and the slot map."""
-        self.slot = _slot_map(0)
+        self.slot = _zeroed(0)
         self.stores = [_RowStore(t) for t in self.tensors]
         self.done = [self.rows] * len(self.tensors)
+        self.member = None
 
 
-def _slot_map(rows: int) -> torch.Tensor:
-    """A zeroed ``int32`` map of ``rows`` rows that costs memory only where it is written.
+def _zeroed(rows: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """A zeroed map of ``rows`` rows that costs memory only where it is written.
 
     An anonymous mapping starts as zero pages that become resident one 4 KiB page at a time
     as they are written (``torch.zeros`` writes every page; numpy's zeroed arrays ask for
-    2 MiB huge pages, so one written row makes 2 MiB resident). A snapshot takes one in O(1)
-    and frees it when its write is over: a table of 26 M rows keeps no 104 MB map while no
-    snapshot is written, and no checkpoint stalls to clear one.
+    2 MiB huge pages, so one written row makes 2 MiB resident). A snapshot takes one (a slot
+    map) in O(1) and frees it when its write is over: a table of 26 M rows keeps no 104 MB map
+    while no snapshot is written, and no checkpoint stalls to clear one. The bitmaps of changed
+    rows (``torch.bool``) restart at each take in O(1) the same way.
     """
     if rows == 0:
-        return torch.zeros(0, dtype=torch.int32)
-    buf = mmap.mmap(-1, rows * 4)
+        return torch.zeros(0, dtype=dtype)
+    buf = mmap.mmap(-1, rows * dtype.itemsize)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):
         buf.madvise(mmap.MADV_NOHUGEPAGE)
-    return torch.frombuffer(buf, dtype=torch.int32)
+    return torch.frombuffer(buf, dtype=dtype)
 
 
 class _Null:
@@ -302,13 +330,18 @@ class Snapshot:
         self._weights: dict[int, list[tuple[str, torch.Tensor]]] = {}
         self._versions: dict[int, tuple[torch.Tensor, int]] = {}
         self._met: set[int] = set()  # protected storages the payload holds
+        # a row increment: placeholder storage -> (group, tensor); [keys, rows] per tensor
+        self._partial: dict[int, tuple[_Protected, int]] = {}
+        self.rows: list[list] = []
+        #: whether the snapshot holds only the changed rows of some tensor (a row increment)
+        self.increment = False
         self._stepping = False
         self._writing = 0  # announced row writes of a module in progress
         self._done = False
         self.broken: str | None = None
 
     # ------------------------------------------------------------------ freezing
-    def _freeze(self, obj: Any, path: str) -> Any:
+    def _freeze(self, obj: Any, path: tuple) -> Any:
         if isinstance(obj, torch.Tensor):
             return self._freeze_tensor(obj, path)
         if isinstance(obj, _PLAIN):
@@ -316,10 +349,10 @@ class Snapshot:
         if isinstance(obj, dict):
             new = copy.copy(obj)
             for k, v in obj.items():
-                new[k] = self._freeze(v, f"{path}/{k}")
+                new[k] = self._freeze(v, (*path, k))
             return new
         if isinstance(obj, (list, tuple)):
-            items = [self._freeze(v, f"{path}/{i}") for i, v in enumerate(obj)]
+            items = [self._freeze(v, (*path, i)) for i, v in enumerate(obj)]
             if type(obj) is list:
                 return items
             if type(obj) is tuple:
@@ -331,14 +364,20 @@ class Snapshot:
             return new
         return copy.deepcopy(obj)
 
-    def _freeze_tensor(self, t: torch.Tensor, path: str) -> torch.Tensor:
+    def _freeze_tensor(self, t: torch.Tensor, keys: tuple) -> torch.Tensor:
         t = t.detach()
         if t.layout != torch.strided or t.device.type != "cpu" or type(t) is not torch.Tensor:
             return t.to("cpu", copy=True)
+        path = "/" + "/".join(map(str, keys))
         key = t.untyped_storage()._cdata
         if key in self._protected:
             frozen = t  # shares the live storage; written through copy-on-write
             self._met.add(key)
+            group, i = self._protected[key]
+            if group.index is not None:  # only these rows: a placeholder (never touched)
+                frozen = torch.empty((len(group.index), *t.shape[1:]), dtype=t.dtype)
+                self._partial[frozen.untyped_storage()._cdata] = (group, i)
+                self.rows.append([list(keys), group.index])
         else:
             clone = self._clones.get(key)
             if clone is None:
@@ -454,6 +493,10 @@ class Snapshot:
         """
         t0 = time.monotonic()
         try:
+            for group in self._groups.values():
+                if group.index is not None and group.member is not None:
+                    np.copyto(group.index.numpy(), np.flatnonzero(group.member.numpy()),
+                              casting="unsafe")
             writers = [(s.nbytes(), self._writer(s, tap)) for s in _storage_order(self.payload)
                        if s.nbytes()]
 
@@ -481,6 +524,10 @@ class Snapshot:
     def _writer(self, storage: torch.UntypedStorage, tap: Any = None) -> Any:
         key = storage._cdata
         weights = self._weights.get(key, [])
+        if key in self._partial:
+            group, i = self._partial[key]
+            name = weights[0][0] if weights else None
+            return lambda f: self._write_index(_Tap(f, key, tap), group, i, name)
         if key in self._protected:
             group, i = self._protected[key]
             name = weights[0][0] if weights else None
@@ -505,6 +552,20 @@ class Snapshot:
             with self._lock:
                 self._check_intact()
                 group.overlay(i, r0, buf)
+            if name is not None:
+                self._check_finite(buf, name)
+            f.write(_as_bytes(buf))
+
+    def _write_index(self, f: IO[bytes], group: _Protected, i: int, name: str | None) -> None:
+        """:meth:`_write_rows` for the rows of a row increment (``group.index``)."""
+        live, index = group.tensors[i], group.index
+        step = max(1, CHUNK_BYTES // max(1, live.shape[1] * live.element_size()))
+        for a in range(0, len(index), step):
+            rows = index[a:a + step]
+            buf = live.index_select(0, rows)  # without the lock: see _Protected.overlay
+            with self._lock:
+                self._check_intact()
+                group.overlay_rows(i, rows, buf)
             if name is not None:
                 self._check_finite(buf, name)
             f.write(_as_bytes(buf))
@@ -539,7 +600,13 @@ class Snapshot:
                 group.release()
             self._clones.clear()
             self._weights.clear()
+            self._partial.clear()
+            self.rows = []
             self.payload = None
+
+
+def _versions(tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    return tuple(t._version for t in tensors)
 
 
 class Snapshots:
@@ -573,15 +640,27 @@ class Snapshots:
 
     def __init__(self, optimizers: Iterable[torch.optim.Optimizer], *,
                  network: torch.nn.Module | None = None,
-                 min_protected_bytes: int | None = None) -> None:
+                 min_protected_bytes: int | None = None, track_rows: bool = False) -> None:
         self.optimizers = list(optimizers)
         self.min_protected_bytes = min_protected_bytes
         self.unprotected: set[int] = set()  # id(param) written outside a step: cloned
+        self.track_rows = track_rows
+        # since the last take: id(param) -> bitmap of the rows its steps changed; ids changed
+        # whole; the versions of (param, moments) after its last step
+        self._changed: dict[int, torch.Tensor] = {}
+        self._changed_whole: set[int] = set()
+        self._seen: dict[int, tuple[int, ...]] = {}
+        self._taken = False
+        self._last_id: str | None = None  # the chain id of the last take
+        self._own_rows: set[int] = set()  # id(param) of modules writing rows themselves
         self._lock = threading.Lock()
         self._active: Snapshot | None = None
         self._handles = []
         self._row_modules: list[torch.nn.Module] = []  # announce their own row writes
         for m in network.modules() if network is not None else ():
+            if callable(getattr(m, "register_row_write_hook", None)) or \
+                    callable(getattr(m, "take_changed_rows", None)):
+                self._own_rows.update(id(p) for p in m.parameters())
             if callable(getattr(m, "register_row_write_hook", None)):
                 self._row_modules.append(m)
                 self._handles.append(m.register_row_write_hook(self._row_write))
@@ -595,11 +674,37 @@ class Snapshots:
         snap = self._active
         if snap is not None:
             snap.before_step(optimizer)
+        if self.track_rows:
+            self._track(optimizer)
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         snap = self._active
         if snap is not None:
             snap.after_step()
+        if self.track_rows:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if id(p) in self._changed or id(p) in self._changed_whole:
+                        self._seen[id(p)] = _versions(self._row_tensors(optimizer, p))
+
+    def _track(self, optimizer: Any) -> None:
+        """Mark the rows this step of ``optimizer`` changes in the big tables (a sparse
+        gradient under a row-local optimizer: its rows; anything else: the whole table)."""
+        for group in optimizer.param_groups:
+            row_local = None
+            for p in group["params"]:
+                g = p.grad
+                if g is None or id(p) in self._own_rows or not self._big(p):
+                    continue
+                if g.is_sparse:
+                    row_local = _row_local(optimizer, group) if row_local is None else row_local
+                if g.is_sparse and row_local and g.sparse_dim() == 1:
+                    bitmap = self._changed.get(id(p))
+                    if bitmap is None:
+                        bitmap = self._changed[id(p)] = _zeroed(p.shape[0], torch.bool)
+                    bitmap.index_fill_(0, g._indices()[0], True)
+                else:
+                    self._changed_whole.add(id(p))
 
     def _row_write(self, tensors: list[torch.Tensor], rows: torch.Tensor | None) -> None:
         snap = self._active
@@ -622,15 +727,23 @@ class Snapshots:
         return [(b, ts) for b, ts in groups.values() if id(b) not in self.unprotected and
                 sum(t.numel() * t.element_size() for t in ts) >= least]
 
-    def take(self, payload: Any, *, weights: str = "state_dict") -> Snapshot:
+    def take(self, payload: Any, *, weights: str = "state_dict",
+             prev: str | None = None) -> Snapshot:
         """Freeze ``payload`` now; training may go on while the snapshot is written.
 
         Call it between optimizer steps, in the training thread, once the previous snapshot's
         :meth:`Snapshot.write` has returned. ``payload[weights]`` holds the weights checked
         for NaN / inf as they are written.
+
+        ``prev``: the file name of the previous snapshot's checkpoint, when it was written
+        whole and intact (``track_rows`` only). The snapshot is then a *row increment*
+        (:attr:`Snapshot.increment`, ``payload["lit_amp_rows"]``; see
+        :mod:`lit_amp.serialization`) wherever it can be: a big table (and its moments) that
+        only row-local optimizer steps changed since the previous take, and nothing else, is
+        written as the rows those steps changed. Everything else is written whole.
         """
-        prev = self._active
-        if prev is not None and not prev._done:
+        active = self._active
+        if active is not None and not active._done:
             raise RuntimeError("Snapshots.take: the previous snapshot is still being written; "
                                "wait for its write (or release it) first.")
         snap = Snapshot(self._lock, weights)
@@ -641,15 +754,53 @@ class Snapshots:
                 for p in group["params"]:
                     prot = self._protectable(opt, p)
                     if prot is not None:
+                        if prev is not None:
+                            self._as_increment(prot, p)
+                        if self.track_rows:  # the versions the next take expects
+                            self._seen[id(p)] = _versions(prot.tensors)
                         snap._protect(prot, id(p))
         for m in self._row_modules:
             for b, views in self._buffer_groups(m):
                 snap._protect(_Protected(views), id(b))
-        snap.payload = snap._freeze(payload, "")
+        snap.payload = snap._freeze(payload, ())
         snap._settle()
+        if self.track_rows:
+            snap.payload[CHAIN_KEY] = uuid.uuid4().hex
+        if snap.rows:
+            snap.increment = True
+            snap.payload[ROWS_KEY] = {"prev": prev, "prev_id": self._last_id,
+                                      "tensors": snap.rows}
+        self._last_id = snap.payload.get(CHAIN_KEY)
+        self._changed, self._changed_whole, self._taken = {}, set(), self.track_rows
         snap.stats.protected = len(snap._groups)
         self._active = snap
         return snap
+
+    def _as_increment(self, prot: _Protected, p: torch.Tensor) -> None:
+        """Write only the rows of ``prot`` changed since the last take, if that is known: the
+        table's steps were all row-local and nothing else wrote it (its versions)."""
+        if not (self.track_rows and self._taken) or id(p) in self._own_rows or \
+                id(p) in self._changed_whole or id(p) not in self._seen or \
+                self._seen[id(p)] != _versions(prot.tensors):
+            return
+        bitmap = self._changed.get(id(p))
+        if bitmap is None:
+            bitmap = _zeroed(p.shape[0], torch.bool)
+        count = int(np.count_nonzero(bitmap.numpy()))
+        if count > MAX_INCREMENT_FRACTION * p.shape[0]:
+            return
+        # filled by the writer (Snapshot.write): finding the rows of a 26 M-row bitmap takes
+        # 20 ms with numpy (150 ms with torch), too long for the loop
+        wide = p.shape[0] > torch.iinfo(torch.int32).max
+        prot.index = torch.empty(count, dtype=torch.int64 if wide else torch.int32)
+        prot.member = bitmap
+
+    def _row_tensors(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> list[torch.Tensor]:
+        """``p`` and its optimizer state of the same shape (what a snapshot protects)."""
+        state = opt.state.get(p, {})
+        return [p.detach()] + [t.detach() for t in state.values()
+                               if isinstance(t, torch.Tensor) and t.shape == p.shape
+                               and _whole(t)]
 
     def _big(self, p: torch.Tensor) -> bool:
         """Whether ``p`` is a table worth copying on write (else it is cloned)."""
@@ -661,11 +812,7 @@ class Snapshots:
     def _protectable(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> _Protected | None:
         if not self._big(p):
             return None
-        state = opt.state.get(p, {})
-        tensors = [p.detach()] + [t.detach() for t in state.values()
-                                  if isinstance(t, torch.Tensor) and t.shape == p.shape
-                                  and _whole(t)]
-        return _Protected(tensors)
+        return _Protected(self._row_tensors(opt, p))
 
     def broken(self, snap: Snapshot) -> None:
         """``snap`` was broken by a write outside a step: clone its parameters from now on."""

@@ -15,7 +15,7 @@ from torch import nn
 from lit_amp.callbacks import Callback
 from lit_amp.rec import CheckpointOptions, LazyAdam, RecModel, StopOptions, WideDeep
 from lit_amp.rec.online import snapshot as snapshot_mod
-from lit_amp.rec.publish import list_checkpoints
+from lit_amp.rec.publish import latest_checkpoint, list_checkpoints, prune_checkpoints
 from lit_amp.rec.sources import SyntheticClickSource
 from lit_amp.serialization import load_checkpoint
 
@@ -70,22 +70,37 @@ class StateAt(Callback):
             )
 
 
-@pytest.mark.parametrize("collisionless", [False, True], ids=["hashed", "collisionless"])
+@pytest.mark.parametrize("collisionless,full_every", [(False, 1), (True, 1), (False, 3)],
+                         ids=["hashed", "collisionless", "hashed-row-increments"])
 def test_each_background_checkpoint_holds_the_state_of_its_step(tmp_path, slow_writes, caplog,
-                                                                collisionless):
+                                                                collisionless, full_every):
     """With collision-free tables, ids arriving during the writes take rows, evict others and
-    reset their moments: written from the live tables, copied on write, not cloned."""
+    reset their moments: written from the live tables, copied on write, not cloned. With row
+    increments, a file holds only the table rows changed since the previous one, and reading
+    it (its chain) gives the whole state of its step."""
     model = _model(collisionless)
     seen = StateAt(model, every=4)
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         s = model.online_train(
             SyntheticClickSource(batch_size=32, vocab_size=2000), callbacks=[seen],
-            checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=4, keep_checkpoint_max=50),
+            checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=4, keep_checkpoint_max=50,
+                                         full_every_n_checkpoints=full_every),
             stop=StopOptions(max_steps=24),
         )
     assert s.steps == 24
     files = list_checkpoints(tmp_path)
     assert [int(os.path.basename(p)[7:19]) for p in files] == [4, 8, 12, 16, 20, 24]
+    increments = [p.endswith("-rows.ckpt") for p in files]
+    assert increments == ([False, True, True] * 2 if full_every == 3 else [False] * 6)
+    if full_every == 3:
+        table = model._network.embedding.weight
+        for path in files[1:3] + files[4:]:
+            raw = torch.load(path, weights_only=True)
+            (keys, rows), *_ = raw["lit_amp_rows"]["tensors"]
+            assert 0 < len(rows) < 0.8 * table.shape[0]  # the rows 4 steps touched, no more
+            assert raw["state_dict"][keys[-1]].shape == (len(rows), table.shape[1])
+        sizes = [os.path.getsize(p) for p in files]
+        assert max(sizes[1:3] + sizes[4:]) < 0.8 * min(sizes[0], sizes[3])
     for path in files:
         state = load_checkpoint(path)
         weights, opt = seen.states[state["online"]["step"]]
@@ -177,3 +192,51 @@ def test_background_false_writes_in_the_loop(tmp_path, caplog):
 def test_background_must_be_a_bool(tmp_path):
     with pytest.raises(TypeError, match="'background' must be"):
         CheckpointOptions(tmp_path, background=1)
+
+
+@pytest.mark.parametrize("names,keep,kept", [
+    (["1", "2r", "3r", "4", "5r"], 2, ["4", "5r"]),
+    (["1", "2r", "3r", "4", "5r"], 3, ["1", "2r", "3r", "4", "5r"]),
+    (["1", "2r", "3r"], 1, ["1", "2r", "3r"]),
+    (["1", "2r", "3", "4r"], 1, ["3", "4r"]),
+    (["9", "10r", "11"], 1, ["11"]),
+])
+def test_pruning_keeps_the_chains_of_the_newest_checkpoints(tmp_path, names, keep, kept):
+    def name(n):
+        return f"online-{int(n.rstrip('r')):012d}{'-rows' if n.endswith('r') else ''}.ckpt"
+
+    for n in names:
+        (tmp_path / name(n)).write_bytes(b"x")
+    prune_checkpoints(tmp_path, keep)
+    assert [os.path.basename(p) for p in list_checkpoints(tmp_path)] == [name(n) for n in kept]
+
+
+def test_a_broken_chain_falls_back_to_the_newest_intact_one_and_resumes(tmp_path, caplog,
+                                                                        monkeypatch):
+    monkeypatch.setattr(snapshot_mod, "MIN_PROTECTED_BYTES", 0)
+    model = _model()
+    seen = StateAt(model, every=2)
+
+    def run(m, steps, callbacks=()):
+        return m.online_train(
+            SyntheticClickSource(batch_size=16, vocab_size=2000), callbacks=list(callbacks),
+            checkpoint=CheckpointOptions(tmp_path, ckpt_every_n_steps=2, keep_checkpoint_max=50,
+                                         full_every_n_checkpoints=3),
+            stop=StopOptions(max_steps=steps))
+
+    run(model, 10, [seen])
+    names = [os.path.basename(p) for p in list_checkpoints(tmp_path)]
+    assert [n.endswith("-rows.ckpt") for n in names] == [False, True, True, False, True]
+    os.remove(tmp_path / names[3])  # the whole checkpoint of step 8: step 10 cannot be read
+    with caplog.at_level(logging.WARNING):
+        path, state = latest_checkpoint(tmp_path)
+    assert os.path.basename(path) == "online-000000000006-rows.ckpt"
+    assert "online-000000000010-rows.ckpt" in caplog.text and "chain" in caplog.text
+    weights, _ = seen.states[6]
+    assert all(torch.equal(state["network"][k], v) for k, v in weights.items())
+    resumed = run(_model(), 12)
+    assert resumed.resumed_from == path and resumed.steps == 6  # steps 7 to 12
+    # the resumed run's first checkpoint is whole; its 10 replaces the broken one
+    assert [os.path.basename(p)[7:] for p in list_checkpoints(tmp_path)][-3:] == [
+        "000000000008.ckpt", "000000000010-rows.ckpt", "000000000012-rows.ckpt"]
+    assert latest_checkpoint(tmp_path)[1]["online"]["step"] == 12

@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from lit_amp.rec import LazyAdam
 from lit_amp.rec.id_embedding import IdEmbedding
 from lit_amp.rec.online import snapshot as snapshot_mod
 from lit_amp.rec.online.snapshot import SnapshotBroken, Snapshots
+from lit_amp.serialization import load_checkpoint
 
 ROWS, DIM = 3000, 8
 
@@ -328,4 +331,94 @@ def test_copy_on_write_bookkeeping_costs_memory_only_while_a_snapshot_is_written
     del got
     gc.collect()
     assert _rss_mb() - before < 32
+    snaps.remove()
+
+
+# ---------------------------------------------------------------------- row increments
+def _chain_model() -> tuple[Net, LazyAdam, Snapshots]:
+    net = Net()
+    opt = LazyAdam(net.parameters(), lr=0.1)
+    _step(net, opt, [0])  # the moments exist
+    return net, opt, Snapshots([opt], min_protected_bytes=10_000, track_rows=True)
+
+
+def _ckpt(net: Net, opt: torch.optim.Optimizer) -> dict:
+    return {"state_dict": net.state_dict(), "optimizer_states": [opt.state_dict()]}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(
+    st.lists(st.lists(st.integers(0, ROWS - 1), min_size=1, max_size=6), max_size=3),
+    st.booleans(), st.lists(st.integers(0, ROWS - 1), max_size=4), st.booleans()),
+    min_size=1, max_size=6))
+def test_a_chain_of_row_increments_reads_back_the_state_of_every_take(tmp_path_factory, plan):
+    """Each round: steps, maybe a write outside a step, a take (a row increment of the
+    previous file, or whole), more steps before and while it is written. Every file, read
+    through its chain, holds the state of its take; an increment holds only changed rows."""
+    tmp = tmp_path_factory.mktemp("chain")
+    net, opt, snaps = _chain_model()
+    prev, expected, before = None, {}, []
+    for n, (steps, outside, during, whole) in enumerate(plan):
+        for ids in steps:
+            _step(net, opt, ids)
+        if outside:
+            with torch.no_grad():
+                net.emb.weight[7] += 1.0  # not a step: the next file writes the table whole
+        snap = snaps.take(_ckpt(net, opt), prev=None if whole else prev)
+        name = f"{n}.ckpt"
+        expected[name] = _clone(_ckpt(net, opt))
+        assert snap.increment == (prev is not None and not whole and not outside)
+        increment = snap.increment
+        if during:
+            _step(net, opt, during)  # before the write: copied aside (if in the file)
+        snap.write(tmp / name)
+        if increment:
+            (_, rows), *_ = torch.load(tmp / name, weights_only=True)["lit_amp_rows"]["tensors"]
+            changed = {i for ids in steps for i in ids} | set(before)
+            assert set(rows.tolist()) == changed  # exactly the rows the steps touched
+        before, prev = during, name
+    for name, want in expected.items():
+        got = load_checkpoint(str(tmp / name))
+        _assert_same(want["state_dict"], got["state_dict"], name)
+        _assert_same(want["optimizer_states"], got["optimizer_states"], name)
+        assert "lit_amp_rows" not in got
+    snaps.remove()
+
+
+def test_a_row_increment_without_its_predecessor_is_refused(tmp_path):
+    net, opt, snaps = _chain_model()
+    snaps.take(_ckpt(net, opt)).write(tmp_path / "a.ckpt")
+    _step(net, opt, [3, 4])
+    snaps.take(_ckpt(net, opt), prev="a.ckpt").write(tmp_path / "b.ckpt")
+    os.remove(tmp_path / "a.ckpt")
+    with pytest.raises(ValueError, match="'a.ckpt', which is missing: the chain"):
+        load_checkpoint(str(tmp_path / "b.ckpt"))
+    snaps.remove()
+
+
+def test_a_row_increment_after_a_file_of_another_run_of_that_name_is_refused(tmp_path):
+    """A run resumed from an older checkpoint writes a whole file under the name a stale
+    increment of the previous run follows: reading that increment must not mix the two."""
+    net, opt, snaps = _chain_model()
+    snaps.take(_ckpt(net, opt)).write(tmp_path / "a.ckpt")
+    _step(net, opt, [3, 4])
+    snaps.take(_ckpt(net, opt), prev="a.ckpt").write(tmp_path / "b.ckpt")
+    snaps.remove()
+    net2, opt2, snaps2 = _chain_model()
+    snaps2.take(_ckpt(net2, opt2)).write(tmp_path / "a.ckpt")  # the resumed run's whole file
+    with pytest.raises(ValueError, match="not the one it follows"):
+        load_checkpoint(str(tmp_path / "b.ckpt"))
+    snaps2.remove()
+
+
+def test_a_row_increment_whose_predecessor_does_not_fit_is_refused(tmp_path):
+    net, opt, snaps = _chain_model()
+    snaps.take(_ckpt(net, opt)).write(tmp_path / "a.ckpt")
+    _step(net, opt, [3, 4])
+    snaps.take(_ckpt(net, opt), prev="a.ckpt").write(tmp_path / "b.ckpt")
+    chain_id = torch.load(tmp_path / "a.ckpt", weights_only=True)["lit_amp_chain_id"]
+    torch.save({"state_dict": {"emb.weight": torch.zeros(2, DIM)},
+                "lit_amp_chain_id": chain_id}, tmp_path / "a.ckpt")
+    with pytest.raises(ValueError, match="do not fit the tensor of its predecessor"):
+        load_checkpoint(str(tmp_path / "b.ckpt"))
     snaps.remove()
