@@ -201,6 +201,19 @@ def sustained_rate(samples: list[tuple[float, int]], warmup: float) -> float:
     return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
 
 
+def window_rates(samples: list[tuple[float, int]], window: float) -> list[float]:
+    """Records/s in each ``window`` seconds after the first step (the last, partial one left
+    out)."""
+    if len(samples) < 2:
+        return []
+    out, at, n_at = [], samples[0][0], samples[0][1]
+    for t, n in samples:
+        if t - at >= window:
+            out.append(round((n - n_at) / (t - at)))
+            at, n_at = t, n
+    return out
+
+
 # ---------------------------------------------------------------------------- instruments
 def rss_bytes(field: str = "VmRSS") -> int:
     """This process's resident set (``VmHWM``: its peak so far), from /proc."""
@@ -361,6 +374,11 @@ def run_online(
         "steps": summary.steps,
         "elapsed_s": summary.elapsed_s,
         "sustained_records_per_s": sustained_rate(progress.samples, warmup),
+        # records/s in each 10 s of the run, and when each checkpoint was taken (s from the
+        # first step): where the writes cost
+        "rates_10s": window_rates(progress.samples, 10.0),
+        "checkpoint_at_s": [round(progress.samples[f["step"] - 1][0] - progress.samples[0][0], 1)
+                            for f in ckpts.figures if 0 < f["step"] <= len(progress.samples)],
         "records_landed": sum(n for _, n in lands.values()),
         "backlog_end_records": sum(n for _, n in lands.values()) - summary.records,
         "publishes": len(publishes),

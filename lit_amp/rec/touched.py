@@ -56,6 +56,17 @@ def _row_local(optimizer: Any, group: dict) -> bool:
         not group.get("weight_decay")
 
 
+def step_rows(optimizer: Any, group: dict, p: torch.Tensor) -> torch.Tensor | None:
+    """The rows of ``p`` (which has a gradient) that this step of ``optimizer`` changes: its
+    sparse gradient's rows (uncoalesced: a row may repeat) under a row-local optimizer; None:
+    any row (a dense gradient, or an optimizer whose momentum moves rows the gradient does not
+    name)."""
+    g = p.grad
+    if g.is_sparse and g.sparse_dim() == 1 and _row_local(optimizer, group):
+        return g._indices()[0]
+    return None
+
+
 class TouchedRows:
     """The rows of ``network.state_dict()`` changed since the last :meth:`take`.
 
@@ -126,20 +137,16 @@ class TouchedRows:
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         for group in optimizer.param_groups:
-            row_local = None
             for p in group["params"]:
-                g = p.grad
                 keys = self._keys_of.get(id(p))
-                if g is None or not keys:
+                if p.grad is None or not keys:
                     continue
-                if g.is_sparse:
-                    row_local = _row_local(optimizer, group) if row_local is None else row_local
-                if g.is_sparse and row_local and g.sparse_dim() == 1:
-                    rows = g._indices()[0]  # uncoalesced is fine: a row marked twice is one row
+                rows = step_rows(optimizer, group, p)
+                if rows is not None:
                     for key in keys:
                         self._mark_rows(key, rows, p.shape[0])
                 else:
-                    if g.is_sparse:
+                    if p.grad.is_sparse:
                         self._warn_whole(keys[0], optimizer)
                     self._whole.update(keys)
 

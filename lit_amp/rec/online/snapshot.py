@@ -57,7 +57,7 @@ import torch
 from lit_amp._io import atomic_write
 from lit_amp._sparse import coalesced
 from lit_amp.rec.online.guard import all_finite
-from lit_amp.rec.touched import _row_local
+from lit_amp.rec.touched import _row_local, step_rows
 from lit_amp.serialization import CHAIN_KEY, ROWS_KEY
 
 __all__ = ["Snapshot", "SnapshotBroken", "SnapshotStats", "Snapshots"]
@@ -177,25 +177,16 @@ class _Protected:
                 store.append(t.index_select(0, rows))
         return k
 
-    def overlay(self, i: int, r0: int, buf: torch.Tensor) -> None:
-        """Make ``buf`` (rows ``[r0, r0 + len(buf))`` of tensor ``i``, copied from the live
-        tensor since the snapshot) the rows as they were at the snapshot, and mark them
-        written (under the lock). A step that changed one of them during the copy had it
-        copied aside first: it is not written yet."""
-        r1 = r0 + len(buf)
-        slots = self.slot[r0:r1]
-        hit = slots.nonzero().squeeze(1)
-        if len(hit):
-            buf[hit] = self.stores[i].gather(slots[hit].long() - 1)
-        self.done[i] = r1
-
-    def overlay_rows(self, i: int, rows: torch.Tensor, buf: torch.Tensor) -> None:
-        """:meth:`overlay` for the rows ``rows`` (increasing; those after the last written)."""
+    def overlay(self, i: int, rows: slice | torch.Tensor, buf: torch.Tensor) -> None:
+        """Make ``buf`` (the ``rows`` of tensor ``i``: a range, or increasing row numbers
+        after the last written, copied from the live tensor since the snapshot) the rows as
+        they were at the snapshot, and mark them written (under the lock). A step that changed
+        one of them during the copy had it copied aside first: it is not written yet."""
         slots = self.slot[rows]
         hit = slots.nonzero().squeeze(1)
         if len(hit):
             buf[hit] = self.stores[i].gather(slots[hit].long() - 1)
-        self.done[i] = int(rows[-1]) + 1
+        self.done[i] = rows.stop if isinstance(rows, slice) else int(rows[-1]) + 1
 
     def release(self) -> None:
         """Free the rows copied aside and the slot map."""
@@ -524,12 +515,8 @@ class Snapshot:
     def _writer(self, storage: torch.UntypedStorage, tap: Any = None) -> Any:
         key = storage._cdata
         weights = self._weights.get(key, [])
-        if key in self._partial:
-            group, i = self._partial[key]
-            name = weights[0][0] if weights else None
-            return lambda f: self._write_index(_Tap(f, key, tap), group, i, name)
-        if key in self._protected:
-            group, i = self._protected[key]
+        if key in self._partial or key in self._protected:
+            group, i = self._partial.get(key) or self._protected[key]
             name = weights[0][0] if weights else None
             return lambda f: self._write_rows(_Tap(f, key, tap), group, i, name)
         return lambda f: self._write_owned(_Tap(f, key, tap), storage, weights)
@@ -543,29 +530,24 @@ class Snapshot:
             f.write(_as_bytes(data[at:at + CHUNK_BYTES]))
 
     def _write_rows(self, f: IO[bytes], group: _Protected, i: int, name: str | None) -> None:
-        live = group.tensors[i]
-        step = max(1, CHUNK_BYTES // max(1, live.shape[1] * live.element_size()))
-        out = torch.empty(min(step, group.rows), live.shape[1], dtype=live.dtype)
-        for r0 in range(0, group.rows, step):
-            buf = out[: min(group.rows, r0 + step) - r0]
-            buf.copy_(live[r0:r0 + len(buf)])  # without the lock: see _Protected.overlay
-            with self._lock:
-                self._check_intact()
-                group.overlay(i, r0, buf)
-            if name is not None:
-                self._check_finite(buf, name)
-            f.write(_as_bytes(buf))
-
-    def _write_index(self, f: IO[bytes], group: _Protected, i: int, name: str | None) -> None:
-        """:meth:`_write_rows` for the rows of a row increment (``group.index``)."""
+        """Write tensor ``i`` of ``group`` as of the snapshot, chunk by chunk: every row, or
+        the rows of a row increment (``group.index``)."""
         live, index = group.tensors[i], group.index
+        n = group.rows if index is None else len(index)
         step = max(1, CHUNK_BYTES // max(1, live.shape[1] * live.element_size()))
-        for a in range(0, len(index), step):
-            rows = index[a:a + step]
-            buf = live.index_select(0, rows)  # without the lock: see _Protected.overlay
+        out = torch.empty(min(step, n), live.shape[1], dtype=live.dtype)
+        for a in range(0, n, step):
+            # copied without the lock: see _Protected.overlay
+            if index is None:
+                rows = slice(a, min(n, a + step))
+                buf = out[: rows.stop - a]
+                buf.copy_(live[rows])
+            else:
+                rows = index[a:a + step]
+                buf = torch.index_select(live, 0, rows, out=out[: len(rows)])
             with self._lock:
                 self._check_intact()
-                group.overlay_rows(i, rows, buf)
+                group.overlay(i, rows, buf)
             if name is not None:
                 self._check_finite(buf, name)
             f.write(_as_bytes(buf))
@@ -691,20 +673,17 @@ class Snapshots:
         """Mark the rows this step of ``optimizer`` changes in the big tables (a sparse
         gradient under a row-local optimizer: its rows; anything else: the whole table)."""
         for group in optimizer.param_groups:
-            row_local = None
             for p in group["params"]:
-                g = p.grad
-                if g is None or id(p) in self._own_rows or not self._big(p):
+                if p.grad is None or id(p) in self._own_rows or not self._big(p):
                     continue
-                if g.is_sparse:
-                    row_local = _row_local(optimizer, group) if row_local is None else row_local
-                if g.is_sparse and row_local and g.sparse_dim() == 1:
-                    bitmap = self._changed.get(id(p))
-                    if bitmap is None:
-                        bitmap = self._changed[id(p)] = _zeroed(p.shape[0], torch.bool)
-                    bitmap.index_fill_(0, g._indices()[0], True)
-                else:
+                rows = step_rows(optimizer, group, p)
+                if rows is None:
                     self._changed_whole.add(id(p))
+                    continue
+                bitmap = self._changed.get(id(p))
+                if bitmap is None:
+                    bitmap = self._changed[id(p)] = _zeroed(p.shape[0], torch.bool)
+                bitmap.index_fill_(0, rows, True)
 
     def _row_write(self, tensors: list[torch.Tensor], rows: torch.Tensor | None) -> None:
         snap = self._active

@@ -385,25 +385,26 @@ def test_a_chain_of_row_increments_reads_back_the_state_of_every_take(tmp_path_f
     snaps.remove()
 
 
-def test_a_row_increment_without_its_predecessor_is_refused(tmp_path):
+def _whole_then_increment(tmp_path) -> None:
+    """``a.ckpt`` whole, then ``b.ckpt``: its row increment."""
     net, opt, snaps = _chain_model()
     snaps.take(_ckpt(net, opt)).write(tmp_path / "a.ckpt")
     _step(net, opt, [3, 4])
     snaps.take(_ckpt(net, opt), prev="a.ckpt").write(tmp_path / "b.ckpt")
+    snaps.remove()
+
+
+def test_a_row_increment_without_its_predecessor_is_refused(tmp_path):
+    _whole_then_increment(tmp_path)
     os.remove(tmp_path / "a.ckpt")
     with pytest.raises(ValueError, match="'a.ckpt', which is missing: the chain"):
         load_checkpoint(str(tmp_path / "b.ckpt"))
-    snaps.remove()
 
 
 def test_a_row_increment_after_a_file_of_another_run_of_that_name_is_refused(tmp_path):
     """A run resumed from an older checkpoint writes a whole file under the name a stale
     increment of the previous run follows: reading that increment must not mix the two."""
-    net, opt, snaps = _chain_model()
-    snaps.take(_ckpt(net, opt)).write(tmp_path / "a.ckpt")
-    _step(net, opt, [3, 4])
-    snaps.take(_ckpt(net, opt), prev="a.ckpt").write(tmp_path / "b.ckpt")
-    snaps.remove()
+    _whole_then_increment(tmp_path)
     net2, opt2, snaps2 = _chain_model()
     snaps2.take(_ckpt(net2, opt2)).write(tmp_path / "a.ckpt")  # the resumed run's whole file
     with pytest.raises(ValueError, match="not the one it follows"):
@@ -412,13 +413,9 @@ def test_a_row_increment_after_a_file_of_another_run_of_that_name_is_refused(tmp
 
 
 def test_a_row_increment_whose_predecessor_does_not_fit_is_refused(tmp_path):
-    net, opt, snaps = _chain_model()
-    snaps.take(_ckpt(net, opt)).write(tmp_path / "a.ckpt")
-    _step(net, opt, [3, 4])
-    snaps.take(_ckpt(net, opt), prev="a.ckpt").write(tmp_path / "b.ckpt")
+    _whole_then_increment(tmp_path)
     chain_id = torch.load(tmp_path / "a.ckpt", weights_only=True)["lit_amp_chain_id"]
     torch.save({"state_dict": {"emb.weight": torch.zeros(2, DIM)},
                 "lit_amp_chain_id": chain_id}, tmp_path / "a.ckpt")
     with pytest.raises(ValueError, match="do not fit the tensor of its predecessor"):
         load_checkpoint(str(tmp_path / "b.ckpt"))
-    snaps.remove()
