@@ -30,11 +30,11 @@ gradients and a row-sparse optimizer (``--optimizer``: LazyAdam or Adagrad), on 
 stream (:class:`CriteoLike`: power-law id frequencies, new ids appearing over time), each
 size in its own process: the bare step, a throughput phase, the bare step again (the ratio is
 to the faster of the two) and a freshness phase as above, batches of 4096 records,
-with background checkpoints every ``--ckpt-every`` s and delta publishes every
-``--publish-every`` s. Per size: records/s and its ratio to the bare step, peak RSS over the
-parameter + optimizer bytes, checkpoint write time and training stall per checkpoint, publish
-time and bytes, freshness. ``--soak``: ``--soak-minutes`` at the largest size on a stream of
-ever new ids, RSS sampled every second.
+with background checkpoints every ``--ckpt-every`` s (one in ``--full-every`` whole, the others
+row increments) and delta publishes every ``--publish-every`` s. Per size: records/s and its
+ratio to the bare step, peak RSS over the parameter + optimizer bytes, checkpoint write time
+and training stall per checkpoint, publish time and bytes, freshness. ``--soak``:
+``--soak-minutes`` at the largest size on a stream of ever new ids, RSS sampled every second.
 
     .venv/bin/python bench/online.py --scale --seconds 150     # 3 sizes, 150 s per phase
     .venv/bin/python bench/online.py --scale --sizes 10000 --seconds 10 --no-doc  # a smoke run
@@ -1077,7 +1077,8 @@ def update_scale_doc(result: dict | None, soak: dict | None,
             f"`DirectorySource` as in the section above; "
             f"{'delta' if result['delta_publishes'] else 'full'} publishes every "
             f"{result['publish_every']} s; background checkpoints every "
-            f"{result['ckpt_every']:.0f} s; {o['seconds']:.0f} s per phase. \"State\" is "
+            f"{result['ckpt_every']:.0f} s (one in {o.get('full_every', 1)} whole, the others "
+            f"row increments); {o['seconds']:.0f} s per phase. \"State\" is "
             "parameter + optimizer-state bytes. \"Stall per checkpoint\": how long the training "
             "loop was blocked by a background checkpoint (a wait for the previous write "
             "included); \"in-loop checkpoint\": the final checkpoint, written by the loop as "
