@@ -56,6 +56,18 @@ class LogIds(Callback):
             time.sleep(self.sleep)
 
 
+class SaveAt(Callback):
+    """Rank 0 saves the network's state at the end of step ``step`` to ``path``."""
+
+    def __init__(self, net: nn.Module, step: int, path: str) -> None:
+        self.net, self.step, self.path = net, step, path
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == self.step and \
+                os.environ.get("LOCAL_RANK", "0") == "0":
+            torch.save(self.net.state_dict(), self.path)
+
+
 def _fail_writes_after(n: int) -> None:
     """Versioned publish files fail to write (``OSError``, as on a full disk) after ``n``."""
     from lit_amp.rec.publish import DeltaPublisher
@@ -92,6 +104,9 @@ def main() -> None:
                    help="publish deltas here every 2 steps, a full snapshot every 3 publishes")
     p.add_argument("--fail-publish-after", type=int, default=None,
                    help="rank 0's versioned-file writes fail (disk full) after this many")
+    p.add_argument("--full-every", type=int, default=1, help="full_every_n_checkpoints")
+    p.add_argument("--save-weights-at", type=int, default=None,
+                   help="rank 0 saves the weights of this step to --save-weights + .step")
     a = p.parse_args()
     if a.fail_publish_after is not None and os.environ.get("LOCAL_RANK", "0") == "0":
         _fail_writes_after(a.fail_publish_after)
@@ -132,9 +147,11 @@ def main() -> None:
     summary = model.online_train(
         src,
         callbacks=[LogIds(log, a.sleep), *([LogEval(log + ".eval")] if a.valid_every else []),
-                   *boost],
+                   *boost, *([SaveAt(net, a.save_weights_at, f"{a.save_weights}.step")]
+                             if a.save_weights_at else [])],
         checkpoint=CheckpointOptions(
-            a.ckpt, ckpt_every_n_steps=a.ckpt_every, keep_checkpoint_max=3
+            a.ckpt, ckpt_every_n_steps=a.ckpt_every, keep_checkpoint_max=3,
+            full_every_n_checkpoints=a.full_every,
         ),
         validation=valid,
         publish=None if a.delta_publish is None else PublishOptions(

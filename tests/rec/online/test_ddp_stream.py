@@ -16,6 +16,7 @@ import torch
 
 from lit_amp.rec.publish import list_checkpoints, load_published
 from lit_amp.rec.sources import SyntheticClickSource, shard_of, write_shard
+from lit_amp.serialization import load_checkpoint
 from tests.helpers.dist import free_port
 
 pytestmark = pytest.mark.slow  # two trainer processes: ~10-30 s on a shared 2-core machine
@@ -236,11 +237,18 @@ def test_ddp_an_open_accumulation_window_at_the_stream_end_is_applied_on_every_r
 def test_ddp_delta_publishing_serves_exactly_the_trained_weights(tmp_path):
     """Under DDP, rank 0 publishes full snapshots (in the background) and deltas of the rows
     every rank's gradients changed (DDP averages them, so rank 0's tables hold every rank's
-    updates); a reader replaying them gets the final weights bit for bit."""
+    updates); a reader replaying them gets the final weights bit for bit. Its checkpoint of
+    step 8 is a row increment of the rows every rank's gradients changed: read through its
+    chain it holds rank 0's weights of step 8."""
     _uneven_files(tmp_path / "data", per_shard=(5, 4), per_file=20)
     pub = tmp_path / "pub"
     summaries = _run_two_ranks(tmp_path, ["--delta-publish", str(pub), "--save-weights",
-                                          str(tmp_path / "w.pt")])
+                                          str(tmp_path / "w.pt"), "--full-every", "2",
+                                          "--save-weights-at", "8"])
+    increment = tmp_path / "ckpt" / "online-000000000008-rows.ckpt"
+    at8, state = torch.load(tmp_path / "w.pt.step"), load_checkpoint(str(increment))
+    assert at8.keys() == state["network"].keys()
+    assert all(torch.equal(state["network"][k], at8[k]) for k in at8)
     assert [s["steps"] for s in summaries] == [10, 10]  # 5 files of 2 batches on rank 0
     served, trained = load_published(pub), torch.load(tmp_path / "w.pt")
     assert served["step"] == 10 and served["refused"] is None
