@@ -587,8 +587,9 @@ class Snapshot:
             self.payload = None
 
 
-def _versions(tensors: list[torch.Tensor]) -> tuple[int, ...]:
-    return tuple(t._version for t in tensors)
+def _versions(tensors: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
+    """Where each tensor's data is and how often it was written: any change but a step's."""
+    return tuple((t.untyped_storage().data_ptr(), t._version) for t in tensors)
 
 
 class Snapshots:

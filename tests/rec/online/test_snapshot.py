@@ -419,3 +419,20 @@ def test_a_row_increment_whose_predecessor_does_not_fit_is_refused(tmp_path):
                 "lit_amp_chain_id": chain_id}, tmp_path / "a.ckpt")
     with pytest.raises(ValueError, match="do not fit the tensor of its predecessor"):
         load_checkpoint(str(tmp_path / "b.ckpt"))
+
+
+def test_optimizer_state_replaced_between_takes_is_written_whole(tmp_path):
+    """Not a step: a moment swapped for another tensor (as a load_state_dict that copies
+    does) makes the next take write its table whole, holding the new values."""
+    net, opt, snaps = _chain_model()
+    snaps.take(_ckpt(net, opt)).write(tmp_path / "a.ckpt")
+    _step(net, opt, [3])
+    moment = opt.state[net.emb.weight]["exp_avg"].clone()
+    moment[5] = 7.0
+    opt.state[net.emb.weight]["exp_avg"] = moment
+    snap = snaps.take(_ckpt(net, opt), prev="a.ckpt")
+    assert not snap.increment
+    snap.write(tmp_path / "b.ckpt")
+    got = load_checkpoint(str(tmp_path / "b.ckpt"))["optimizer_states"][0]["state"][0]
+    assert torch.equal(got["exp_avg"], moment)
+    snaps.remove()
