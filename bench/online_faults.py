@@ -104,7 +104,8 @@ def worker(a: argparse.Namespace) -> None:
     summary = model.online_train(
         src, callbacks=[LogIds(a.log)], dataset_sink_mode=False,
         checkpoint=CheckpointOptions(a.ckpt, ckpt_every_n_seconds=a.ckpt_every,
-                                     keep_checkpoint_max=2),
+                                     keep_checkpoint_max=2,
+                                     full_every_n_checkpoints=int(a.ckpt_full_every)),
         publish=PublishOptions(a.publish, publish_every_n_seconds=2.0, delta=True,
                                full_every_n_publishes=a.full_every, keep_published_max=2,
                                publish_hook=hook),
@@ -216,7 +217,8 @@ class Due:
                 self.base = lines
             return False
         if self.kind == "checkpoint":
-            return temp_bytes(self.d.ckpt, "online-") >= self.sizes["ckpt"] // 4
+            # a quarter of a whole checkpoint, or 256 MB: a row increment may be smaller
+            return temp_bytes(self.d.ckpt, "online-") >= min(self.sizes["ckpt"] // 4, 256 << 20)
         if self.kind == "publish":
             return temp_bytes(self.d.publish, "full-") >= self.sizes["full"] // 4
         return lines - self.base >= self.steps
@@ -374,7 +376,8 @@ def run_suite(a: argparse.Namespace) -> dict:
     d = Dirs(root)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--vocab", str(a.vocab),
            "--batch", str(a.batch), "--ckpt-every", str(a.ckpt_every), "--full-every",
-           str(a.full_every), "--idle", str(a.idle), "--data", str(d.data), "--ckpt",
+           str(a.full_every), "--ckpt-full-every", str(a.ckpt_full_every),
+           "--idle", str(a.idle), "--data", str(d.data), "--ckpt",
            str(d.ckpt), "--publish", str(d.publish), "--log", str(d.log), "--publog",
            str(d.publog)]
     table = 26 * a.vocab * 17 * 4
@@ -406,7 +409,8 @@ def run_suite(a: argparse.Namespace) -> dict:
     for r in results:
         r["durable_before"] = [os.path.basename(p) for p in r["durable_before"]]
         r["durable_after"] = [os.path.basename(p) for p in r.get("durable_after", [])]
-    return {"vocab": a.vocab, "rows": 26 * a.vocab, "seed": a.seed, "order": kinds,
+    return {"vocab": a.vocab, "rows": 26 * a.vocab, "seed": a.seed,
+            "ckpt_full_every": a.ckpt_full_every, "order": kinds,
             "runs": results, **totals}
 
 
@@ -417,6 +421,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20_000.0, help="records/s produced")
     ap.add_argument("--ckpt-every", type=float, default=20.0, help="seconds")
     ap.add_argument("--full-every", type=int, default=5, help="publishes")
+    ap.add_argument("--ckpt-full-every", type=int, default=1,
+                    help="checkpoints: one in this many whole, the others row increments")
     ap.add_argument("--idle", type=float, default=5.0, help="the worker's max_idle_s")
     ap.add_argument("--min-steps", type=int, default=100, help="a step fault: steps, at least")
     ap.add_argument("--seed", type=int, default=26)
