@@ -3,8 +3,10 @@
 A recommendation model's step reads and writes rows at random all over tables of gigabytes;
 on 4 KiB pages nearly every row costs a TLB miss. :func:`huge_empty` allocates a CPU tensor
 whose memory the kernel is asked (``madvise(MADV_HUGEPAGE)``) to back with 2 MiB pages before
-anything touches it. Where that cannot be done (not Linux, THP set to ``never``, a tensor under
-:data:`MIN_BYTES`) it is a plain ``torch.empty``: only the speed differs, never the values.
+anything touches it; :func:`collapse` moves memory already written onto huge pages in place
+(``MADV_COLLAPSE``, Linux 6.1+), so a loaded tensor needs no second copy. Where that cannot be
+done (not Linux, THP set to ``never``, a tensor under :data:`MIN_BYTES`) it is a plain
+``torch.empty``: only the speed differs, never the values.
 Figures: docs/benchmarks.md ("Huge pages").
 
 Example:
@@ -21,32 +23,41 @@ import sys
 
 import torch
 
-__all__ = ["MIN_BYTES", "huge_empty", "huge_zeros_like", "huge_page_bytes"]
+__all__ = ["MIN_BYTES", "collapse", "huge_empty", "huge_zeros_like", "huge_page_bytes"]
 
 MIN_BYTES = 64 << 20  #: smaller tensors are allocated as usual
 _PAGE = 2 << 20
 _MADV_HUGEPAGE = 14
+_MADV_COLLAPSE = 25
 _libc: ctypes.CDLL | None = None
 
 
-def _madvise(start: int, length: int) -> bool:
+def _madvise(start: int, length: int, advice: int = _MADV_HUGEPAGE) -> bool:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_HUGEPAGE) == 0
+    return _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), advice) == 0
 
 
-def _advise(t: torch.Tensor) -> None:
-    """Ask for huge pages over the 2 MiB-aligned inside of ``t``'s (untouched) memory."""
+def _advise(t: torch.Tensor, *advice: int) -> bool:
+    """Give ``advice`` (huge pages) over the 2 MiB-aligned inside of ``t``'s memory; whether
+    the kernel took all of it."""
     nbytes = t.numel() * t.element_size()
     if not sys.platform.startswith("linux") or t.device.type != "cpu" or nbytes < MIN_BYTES:
-        return
+        return False
     ptr = t.data_ptr()
     start, end = -(-ptr // _PAGE) * _PAGE, (ptr + nbytes) // _PAGE * _PAGE
     try:
-        _madvise(start, end - start)  # refused (THP off, old kernel): 4 KiB pages, as before
+        # refused (THP off, an old kernel, a file mapping): 4 KiB pages, as before
+        return all(_madvise(start, end - start, a) for a in advice or (_MADV_HUGEPAGE,))
     except OSError:  # no libc to load
-        pass
+        return False
+
+
+def collapse(t: torch.Tensor) -> bool:
+    """Move ``t``'s memory (a large CPU tensor, already written) onto huge pages in place;
+    whether the kernel did (Linux 6.1+, anonymous memory such as ``torch.load``'s)."""
+    return t.is_contiguous() and _advise(t, _MADV_HUGEPAGE, _MADV_COLLAPSE)
 
 
 def huge_empty(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from lit_amp._sparse import coalesced
-from lit_amp.rec.huge_pages import MIN_BYTES, huge_empty, huge_zeros_like
+from lit_amp.rec.huge_pages import MIN_BYTES, collapse, huge_empty, huge_zeros_like
 from lit_amp.rec.id_embedding import IdEmbedding
 
 __all__ = ["WideDeep", "LazyAdam"]
@@ -146,11 +146,14 @@ class WideDeep(nn.Module):
 
 
 def _moments_on_huge_pages(optimizer: torch.optim.Optimizer) -> None:
-    """After ``load_state_dict``: copy the moments (allocated by the loader) onto huge pages."""
+    """After ``load_state_dict``: move the moments (allocated by the loader) onto huge pages in
+    place, or, where the kernel cannot (a memory-mapped file, an old kernel), copy them there.
+    In place, a resume holds no second copy of gigabytes of moments."""
     for state in optimizer.state.values():
         for key in ("exp_avg", "exp_avg_sq"):
             t = state.get(key)
-            if torch.is_tensor(t) and t.numel() * t.element_size() >= MIN_BYTES:
+            if torch.is_tensor(t) and t.numel() * t.element_size() >= MIN_BYTES and \
+                    not collapse(t):
                 state[key] = huge_zeros_like(t).copy_(t)
 
 

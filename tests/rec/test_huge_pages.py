@@ -49,18 +49,35 @@ def test_the_table_and_the_moments_are_on_huge_pages():
     plain = torch.zeros_like(w)  # torch's own allocation: 4 KiB pages (THP is "madvise")
     if "[always]" not in THP.read_text():
         assert huge_page_bytes(plain) < size // 2
-    # a resumed optimizer's moments (allocated by the loader) are moved onto huge pages
+    # a resumed optimizer's moments (allocated by the loader) are moved onto huge pages, in
+    # place where the kernel can (MADV_COLLAPSE): no second copy of them is made
     again = LazyAdam(net.parameters(), 1e-2)
-    again.load_state_dict(copy.deepcopy(opt.state_dict()))
+    loaded = copy.deepcopy(opt.state_dict())
+    held = loaded["state"][0]["exp_avg"].data_ptr()
+    again.load_state_dict(loaded)
     moved = again.state[w]["exp_avg"]
     assert huge_page_bytes(moved) >= size - 4 * 2**20
     assert torch.equal(moved, state["exp_avg"])
+    if huge_pages.collapse(moved):  # Linux 6.1+
+        assert moved.data_ptr() == held
+
+
+@needs_thp
+def test_a_tensor_loaded_from_a_file_is_collapsed_in_place(tmp_path):
+    """What a resume reads (torch.load's memory) goes onto huge pages without a copy."""
+    torch.save({"t": torch.randn(huge_pages.MIN_BYTES // 4 + 1000)}, tmp_path / "t.pt")
+    t = torch.load(tmp_path / "t.pt")["t"]
+    before = t.clone()
+    if not huge_pages.collapse(t):
+        pytest.skip("this kernel cannot collapse memory in place (MADV_COLLAPSE: Linux 6.1+)")
+    assert huge_page_bytes(t) >= t.numel() * 4 - 4 * 2**20
+    assert torch.equal(t, before)
 
 
 def test_huge_pages_change_no_value(monkeypatch):
     """Trained with and without the advice, weights and moments are bit for bit the same."""
     net, opt = _train()
-    monkeypatch.setattr(huge_pages, "_advise", lambda t: None)
+    monkeypatch.setattr(huge_pages, "_advise", lambda t, *advice: False)
     net2, opt2 = _train()
     for a, b in zip(net.state_dict().values(), net2.state_dict().values()):
         assert torch.equal(a, b)
@@ -70,7 +87,7 @@ def test_huge_pages_change_no_value(monkeypatch):
 
 def test_small_tensors_are_allocated_as_usual(monkeypatch):
     asked = []
-    monkeypatch.setattr(huge_pages, "_madvise", lambda start, length: asked.append(length))
+    monkeypatch.setattr(huge_pages, "_madvise", lambda start, length, *advice: asked.append(length))
     t = huge_empty(1000, 17)
     assert t.shape == (1000, 17) and t.dtype == torch.float32 and not asked
     big = huge_empty(huge_pages.MIN_BYTES // 4)
