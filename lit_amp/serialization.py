@@ -260,7 +260,13 @@ def _resolve_rows(path: str, state: dict, weights_only: bool) -> dict:
         chain.append((before, state))
     whole = chain[-1][1]
     for at, inc in reversed(chain[:-1]):
-        for keys, rows in inc.pop(ROWS_KEY)["tensors"]:
+        entries = inc.pop(ROWS_KEY).get("tensors")
+        if not isinstance(entries, list) or not all(
+                isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], (list, tuple))
+                and e[0] for e in entries):
+            raise ValueError(f"load_checkpoint: {at!r} is a row increment whose "
+                             "'lit_amp_rows' has no valid list of [keys, rows] entries.")
+        for keys, rows in entries:
             _apply_rows(at, whole, inc, list(keys), rows)
         whole = inc
     return whole

@@ -144,3 +144,51 @@ def test_checkpoint_state_of_another_shape_is_refused_before_writing(tmp_path):
     with pytest.raises(TypeError, match=r"checkpoint_state\(\) must return .*'state_dict'"):
         save_checkpoint(OldShape(), str(tmp_path / "x"))
     assert list(tmp_path.iterdir()) == []
+
+
+def _good_rows() -> dict:
+    return {"prev": "a.ckpt", "prev_id": "A", "tensors": [[["state_dict", "w"],
+                                                            torch.tensor([1, 3])]]}
+
+
+@pytest.mark.parametrize("rows,part", [
+    ("not a dict", torch.zeros(2, 4)),
+    ({**_good_rows(), "prev": None}, torch.zeros(2, 4)),
+    ({**_good_rows(), "prev": "../a.ckpt"}, torch.zeros(2, 4)),
+    ({**_good_rows(), "prev": "missing.ckpt"}, torch.zeros(2, 4)),
+    ({**_good_rows(), "prev_id": "B"}, torch.zeros(2, 4)),
+    ({**_good_rows(), "prev_id": None}, torch.zeros(2, 4)),
+    ({**_good_rows(), "tensors": "all"}, torch.zeros(2, 4)),
+    ({**_good_rows(), "tensors": [["state_dict", "w"]]}, torch.zeros(2, 4)),
+    ({**_good_rows(), "tensors": [[[], torch.tensor([1])]]}, torch.zeros(2, 4)),
+    ({**_good_rows(), "tensors": [[["state_dict", "nope"], torch.tensor([1, 3])]]},
+     torch.zeros(2, 4)),
+    ({**_good_rows(), "tensors": [[["state_dict", "w"], [1, 3]]]}, torch.zeros(2, 4)),
+    ({**_good_rows(), "tensors": [[["state_dict", "w"], torch.tensor([[1, 3]])]]},
+     torch.zeros(2, 4)),
+    ({**_good_rows(), "tensors": [[["state_dict", "w"], torch.tensor([1, 99])]]},
+     torch.zeros(2, 4)),
+    ({**_good_rows(), "tensors": [[["state_dict", "w"], torch.tensor([-1, 3])]]},
+     torch.zeros(2, 4)),
+    (_good_rows(), torch.zeros(3, 4)),  # rows and values disagree
+    (_good_rows(), torch.zeros(2, 5)),  # another row width
+    (_good_rows(), torch.zeros(2, 4, dtype=torch.float64)),
+])
+def test_a_hostile_row_increment_is_a_value_error_never_a_wrong_state(tmp_path, rows, part):
+    """Every malformed ``lit_amp_rows`` (or a predecessor that does not fit it) is refused
+    with load_checkpoint's ValueError; the predecessor is never changed."""
+    base = {"state_dict": {"w": torch.zeros(10, 4)}, "lit_amp_chain_id": "A"}
+    torch.save(base, tmp_path / "a.ckpt")
+    torch.save({"state_dict": {"w": part}, "lit_amp_rows": rows}, tmp_path / "b.ckpt")
+    with pytest.raises(ValueError, match="load_checkpoint"):
+        load_checkpoint(str(tmp_path / "b.ckpt"))
+    assert torch.equal(torch.load(tmp_path / "a.ckpt")["state_dict"]["w"], torch.zeros(10, 4))
+
+
+def test_a_well_formed_row_increment_loads_over_its_predecessor(tmp_path):
+    torch.save({"state_dict": {"w": torch.zeros(10, 4)}, "lit_amp_chain_id": "A"},
+               tmp_path / "a.ckpt")
+    torch.save({"state_dict": {"w": torch.ones(2, 4)}, "lit_amp_rows": _good_rows()},
+               tmp_path / "b.ckpt")
+    w = load_checkpoint(str(tmp_path / "b.ckpt"))["state_dict"]["w"]
+    assert w.shape == (10, 4) and w[[1, 3]].eq(1).all() and w.sum() == 8
