@@ -632,7 +632,7 @@ class Snapshots:
         # whole; the versions of (param, moments) after its last step
         self._changed: dict[int, torch.Tensor] = {}
         self._changed_whole: set[int] = set()
-        self._seen: dict[int, tuple[int, ...]] = {}
+        self._seen: dict[int, tuple[tuple[int, int], ...]] = {}
         self._taken = False
         self._last_id: str | None = None  # the chain id of the last take
         self._own_rows: set[int] = set()  # id(param) of modules writing rows themselves
