@@ -25,7 +25,11 @@ which: ``{"prev": <the previous checkpoint's file name, in the same folder>, "pr
 "lit_amp_chain_id">, "tensors": [[<the keys leading to the tensor>, <its row indices>], ...]}``;
 every file of a chain has its own random ``"lit_amp_chain_id"``. :func:`load_checkpoint` reads
 the chain back to its full checkpoint and returns the whole state; a missing link, or a file
-of that name that is not the one the increment follows (a later run's), is refused.
+of that name that is not the one the increment follows (a later run's), is refused. The
+full checkpoint is read into memory and the increments' rows are written into it, read
+memory-mapped a part at a time: resuming from an increment holds the state about once, as a
+full checkpoint does, and keeps no file of the chain mapped (a pruned file's disk space is
+freed).
 
 Example:
     >>> from lit_amp.serialization import save_checkpoint, load_checkpoint
@@ -40,6 +44,7 @@ from typing import Any
 import torch
 
 from lit_amp._io import atomic_write
+from lit_amp._pages import MADV_DONTNEED, advise
 
 __all__ = [
     "BOOST_KEY",
@@ -206,7 +211,8 @@ def load_checkpoint(
     path = os.fspath(ckpt_file_name)
     state = _read(path, weights_only)
     if ROWS_KEY in state:
-        state = _resolve_rows(path, state, weights_only)
+        del state  # read again below, memory-mapped: its rows a part at a time
+        state = _resolve_rows(path, weights_only)
     state = checkpoint_views(state)
     if net is not None:
         _load_into(net, state, strict_load, repr(path))
@@ -232,14 +238,15 @@ def _read(path: str, weights_only: bool, *, mmap: bool = False) -> dict:
     return state
 
 
-def _resolve_rows(path: str, state: dict, weights_only: bool) -> dict:
-    """The whole state of the row increment ``state`` (read from ``path``): its chain read
-    back to the full checkpoint (memory-mapped), then every increment's rows applied in order.
+def _resolve_rows(path: str, weights_only: bool) -> dict:
+    """The whole state of the row increment at ``path``: its chain back to the full
+    checkpoint (the increments memory-mapped), the full checkpoint read into memory, then every
+    increment's rows written into it in order.
 
     Raises:
         ValueError: a link of the chain is missing, unreadable or does not fit.
     """
-    chain = [(path, state)]
+    chain = [(path, _read(path, weights_only, mmap=True))]
     while ROWS_KEY in chain[-1][1]:
         at, inc = chain[-1]
         prev = inc[ROWS_KEY].get("prev") if isinstance(inc[ROWS_KEY], dict) else None
@@ -258,23 +265,31 @@ def _resolve_rows(path: str, state: dict, weights_only: bool) -> dict:
                 f"load_checkpoint: {at!r} holds only the rows changed since {prev!r}, but that "
                 "file is not the one it follows (another run wrote it): the chain is broken.")
         chain.append((before, state))
-    whole = chain[-1][1]
-    for at, inc in reversed(chain[:-1]):
+    at, _ = chain.pop()
+    whole = _read(at, weights_only)  # in memory: its rows are written in place
+    while chain:
+        at, inc = chain.pop()
         entries = inc.pop(ROWS_KEY).get("tensors")
         if not isinstance(entries, list) or not all(
                 isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], (list, tuple))
                 and e[0] for e in entries):
             raise ValueError(f"load_checkpoint: {at!r} is a row increment whose "
                              "'lit_amp_rows' has no valid list of [keys, rows] entries.")
-        for keys, rows in entries:
-            _apply_rows(at, whole, inc, list(keys), rows)
-        whole = inc
+        applied = [_apply_rows(at, whole, inc, list(keys), rows) for keys, rows in entries]
+        # the increment's other tensors, copied out of the file's mapping
+        whole = _copied(inc, {id(t) for t in applied})
+        del inc
     return whole
 
 
-def _apply_rows(at: str, whole: dict, inc: dict, keys: list, rows: torch.Tensor) -> None:
-    """Write the rows ``inc`` holds at ``keys`` into the previous whole state's tensor and put
-    that tensor into ``inc``."""
+#: the bytes of an increment's rows written at a time (their file pages then dropped)
+_ROWS_PART_BYTES = 64 << 20
+
+
+def _apply_rows(at: str, whole: dict, inc: dict, keys: list, rows: Any) -> torch.Tensor:
+    """Write the rows ``inc`` holds at ``keys`` into the previous whole state's tensor, put
+    that tensor into ``inc`` and return it. ``inc``'s values are read a part at a time, each
+    part's pages of the file mapping dropped once written."""
     try:
         full, part, box = whole, inc, inc
         for k in keys:
@@ -288,8 +303,40 @@ def _apply_rows(at: str, whole: dict, inc: dict, keys: list, rows: torch.Tensor)
     if not ok:
         raise ValueError(f"load_checkpoint: the rows {at!r} holds at {keys!r} do not fit the "
                          "tensor of its predecessor: the chain is broken.")
-    full[rows.long()] = part
+    row_bytes = max(1, part[:1].numel() * part.element_size())
+    step = max(1, _ROWS_PART_BYTES // row_bytes)
+    for i in range(0, len(rows), step):
+        values = part[i:i + step]
+        full[rows[i:i + step].long()] = values
+        _drop_pages(values)
+    _drop_pages(rows)
     box[keys[-1]] = full
+    return full
+
+
+def _drop_pages(t: torch.Tensor) -> None:
+    """Drop the pages under ``t``, a contiguous part of a tensor memory-mapped from a file
+    (read again from the file if touched): what a resume has read leaves its RSS."""
+    if t.is_contiguous():
+        advise(t.data_ptr(), t.numel() * t.element_size(), MADV_DONTNEED)
+
+
+def _copied(obj: Any, keep: set[int]) -> Any:
+    """``obj`` (a checkpoint dict read memory-mapped) with every tensor copied into memory,
+    but those whose id is in ``keep``; each copied tensor's file pages dropped."""
+    if isinstance(obj, torch.Tensor):
+        if id(obj) in keep:
+            return obj
+        out = obj.clone()
+        _drop_pages(obj)
+        return out
+    if isinstance(obj, dict):
+        return {k: _copied(v, keep) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_copied(v, keep) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_copied(v, keep) for v in obj)
+    return obj
 
 
 def checkpoint_views(state: dict) -> dict:

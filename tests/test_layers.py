@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1] / "lit_amp"
 
 LAYER = {
     "amp": 0, "metrics": 0, "thor": 0, "serialization": 0,
-    "_validation": 0, "_io": 0, "_lazy": 0, "_runtime": 0, "_sparse": 0,
+    "_validation": 0, "_io": 0, "_lazy": 0, "_runtime": 0, "_sparse": 0, "_pages": 0,
     "callbacks": 1, "plugins": 1, "boost": 1,
     "model": 2, "rec": 2,
     "cli": 3, "demos": 3, "__main__": 3,
@@ -37,7 +37,7 @@ LAYER = {
 }
 #: modules whose layer is not their package's (relative to ``lit_amp``)
 MODULE_LAYER = {"thor.convert": 2}
-SHARED = {"_validation", "_io", "_lazy", "_runtime", "_sparse"}
+SHARED = {"_validation", "_io", "_lazy", "_runtime", "_sparse", "_pages"}
 
 
 def _module_name(path: Path) -> str:

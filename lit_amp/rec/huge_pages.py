@@ -17,47 +17,28 @@ Example:
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import sys
-
 import torch
+
+from lit_amp._pages import HUGE_PAGE, MADV_COLLAPSE, MADV_HUGEPAGE, advise
 
 __all__ = ["MIN_BYTES", "collapse", "huge_empty", "huge_zeros_like", "huge_page_bytes"]
 
 MIN_BYTES = 64 << 20  #: smaller tensors are allocated as usual
-_PAGE = 2 << 20
-_MADV_HUGEPAGE = 14
-_MADV_COLLAPSE = 25
-_libc: ctypes.CDLL | None = None
-
-
-def _madvise(start: int, length: int, advice: int = _MADV_HUGEPAGE) -> bool:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), advice) == 0
 
 
 def _advise(t: torch.Tensor, *advice: int) -> bool:
     """Give ``advice`` (huge pages) over the 2 MiB-aligned inside of ``t``'s memory; whether
     the kernel took all of it."""
     nbytes = t.numel() * t.element_size()
-    if not sys.platform.startswith("linux") or t.device.type != "cpu" or nbytes < MIN_BYTES:
+    if t.device.type != "cpu" or nbytes < MIN_BYTES:
         return False
-    ptr = t.data_ptr()
-    start, end = -(-ptr // _PAGE) * _PAGE, (ptr + nbytes) // _PAGE * _PAGE
-    try:
-        # refused (THP off, an old kernel, a file mapping): 4 KiB pages, as before
-        return all(_madvise(start, end - start, a) for a in advice or (_MADV_HUGEPAGE,))
-    except OSError:  # no libc to load
-        return False
+    return advise(t.data_ptr(), nbytes, *advice or (MADV_HUGEPAGE,), align=HUGE_PAGE)
 
 
 def collapse(t: torch.Tensor) -> bool:
     """Move ``t``'s memory (a large CPU tensor, already written) onto huge pages in place;
     whether the kernel did (Linux 6.1+, anonymous memory such as ``torch.load``'s)."""
-    return t.is_contiguous() and _advise(t, _MADV_HUGEPAGE, _MADV_COLLAPSE)
+    return t.is_contiguous() and _advise(t, MADV_HUGEPAGE, MADV_COLLAPSE)
 
 
 def huge_empty(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lit_amp import _pages
 from lit_amp.rec import LazyAdam, WideDeep, huge_pages
 from lit_amp.rec.huge_pages import huge_empty, huge_page_bytes
 
@@ -110,7 +111,7 @@ def test_huge_pages_change_no_value(monkeypatch):
 
 def test_small_tensors_are_allocated_as_usual(monkeypatch):
     asked = []
-    monkeypatch.setattr(huge_pages, "_madvise", lambda start, length, *advice: asked.append(length))
+    monkeypatch.setattr(_pages, "_madvise", lambda start, length, advice: asked.append(length))
     t = huge_empty(1000, 17)
     assert t.shape == (1000, 17) and t.dtype == torch.float32 and not asked
     big = huge_empty(huge_pages.MIN_BYTES // 4)
