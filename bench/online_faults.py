@@ -203,17 +203,19 @@ def vm_hwm(pid: int) -> int:
 
 
 class Due:
-    """Whether a run's fault is due. First this run writes a durable checkpoint of its own;
-    then ``steps`` more steps, or a checkpoint (a full snapshot) a quarter written."""
+    """Whether a run's fault is due. First this run writes ``own`` durable checkpoints of its
+    own (its first is whole; with row increments the second is one); then ``steps`` more
+    steps, or a checkpoint (a full snapshot) a quarter written."""
 
-    def __init__(self, kind: str, d: Dirs, steps: int, sizes: dict, durable: list) -> None:
-        self.kind, self.d, self.steps, self.sizes = kind, d, steps, sizes
+    def __init__(self, kind: str, d: Dirs, steps: int, sizes: dict, durable: list,
+                 own: int = 1) -> None:
+        self.kind, self.d, self.steps, self.sizes, self.own = kind, d, steps, sizes, own
         self.durable, self.tail, self.base = set(durable), Tail(d.log), None
 
     def __call__(self) -> bool:
         lines = self.tail.poll()
         if self.base is None:
-            if set(list_checkpoints(self.d.ckpt)) - self.durable:
+            if len(set(list_checkpoints(self.d.ckpt)) - self.durable) >= self.own:
                 self.base = lines
             return False
         if self.kind == "checkpoint":
@@ -225,10 +227,10 @@ class Due:
 
 
 def fault_run(kind: str, d: Dirs, cmd: list[str], steps: int, sizes: dict,
-              before: int | None, timeout: float = 600.0) -> dict:
+              before: int | None, own: int = 1, timeout: float = 600.0) -> dict:
     """Start the worker, deliver ``kind``'s fault once due; what was on disk at that moment."""
     durable = list_checkpoints(d.ckpt)
-    due = Due(kind, d, steps, sizes, durable)
+    due = Due(kind, d, steps, sizes, durable, own)
     start = {"log": due.tail.offset, "publog": d.publog.stat().st_size if d.publog.exists() else 0,
              "time": time.time()}
     t0 = time.monotonic()
@@ -315,6 +317,8 @@ def check_resumes(results: list[dict], runs: list) -> list[int]:
             raise RuntimeError(f"a {r['kind']} run resumed at step {got}, not at the newest "
                                f"durable checkpoint's step {want}")
         r["resumed_step"], r["first_step_s"] = got, run[0][1] - r["start"]["time"]
+        r["resumed_from_increment"] = bool(r["durable_before"]) and \
+            r["durable_before"][-1].endswith("-rows.ckpt")
         resumed.append(got)
     return resumed
 
@@ -395,7 +399,7 @@ def run_suite(a: argparse.Namespace) -> dict:
             steps = rng.randint(a.min_steps, 2 * a.min_steps)
             print(f"run {len(results) + 1}: {kind} ...", flush=True)
             before = results[-1]["served"]["version"] if results else None
-            results.append(fault_run(kind, d, cmd, steps, sizes, before))
+            results.append(fault_run(kind, d, cmd, steps, sizes, before, a.own_checkpoints))
         stop.set()
         prod.join()
         print("last run, until the stream is idle ...", flush=True)
@@ -406,11 +410,15 @@ def run_suite(a: argparse.Namespace) -> dict:
         stop.set()
         prod.join(timeout=30)
         shutil.rmtree(root, ignore_errors=True)
+    through = sum(r["resumed_from_increment"] for r in results)
+    if a.own_checkpoints > 1 and a.ckpt_full_every > 1 and not through:
+        raise RuntimeError("no run resumed from a row increment: the increments were not tested")
     for r in results:
         r["durable_before"] = [os.path.basename(p) for p in r["durable_before"]]
         r["durable_after"] = [os.path.basename(p) for p in r.get("durable_after", [])]
     return {"vocab": a.vocab, "rows": 26 * a.vocab, "seed": a.seed,
-            "ckpt_full_every": a.ckpt_full_every, "order": kinds,
+            "ckpt_full_every": a.ckpt_full_every, "own_checkpoints": a.own_checkpoints,
+            "resumed_from_increment": through, "order": kinds,
             "runs": results, **totals}
 
 
@@ -423,6 +431,9 @@ def main() -> None:
     ap.add_argument("--full-every", type=int, default=5, help="publishes")
     ap.add_argument("--ckpt-full-every", type=int, default=1,
                     help="checkpoints: one in this many whole, the others row increments")
+    ap.add_argument("--own-checkpoints", type=int, default=1,
+                    help="durable checkpoints a run writes before its fault (2 with "
+                    "--ckpt-full-every 3: the next run resumes from a row increment)")
     ap.add_argument("--idle", type=float, default=5.0, help="the worker's max_idle_s")
     ap.add_argument("--min-steps", type=int, default=100, help="a step fault: steps, at least")
     ap.add_argument("--seed", type=int, default=26)
@@ -436,7 +447,8 @@ def main() -> None:
         return
     result = run_suite(a)
     for r in result["runs"]:
-        print(f"{r['kind']:>10}: resumed at step {r['resumed_step']}, first step after "
+        print(f"{r['kind']:>10}: resumed at step {r['resumed_step']}"
+              f"{' (a row increment)' if r['resumed_from_increment'] else ''}, first step after "
               f"{r['first_step_s']:.1f} s, rolled back {r.get('redone_records', 0):,} records, "
               f"served version {r['served']['version']}")
     print(f"{result['records_produced']:,} produced, {result['distinct_trained']:,} trained, "
