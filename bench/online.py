@@ -29,7 +29,8 @@ figures: on a shared machine they explain most of the variation.
 gradients and a row-sparse optimizer (``--optimizer``: LazyAdam or Adagrad), on a Criteo-like
 stream (:class:`CriteoLike`: power-law id frequencies, new ids appearing over time), each
 size in its own process: the bare step, a throughput phase, the bare step again (the ratio is
-to the faster of the two) and a freshness phase as above, batches of 4096 records,
+to the faster of the two; ``bench/online_paired.py`` measures it in alternation instead, which
+the machine's drift does not move) and a freshness phase as above, batches of 4096 records,
 with background checkpoints every ``--ckpt-every`` s (one in ``--full-every`` whole, the others
 row increments) and delta publishes every ``--publish-every`` s. Per size: records/s and its
 ratio to the bare step, peak RSS over the parameter + optimizer bytes, checkpoint write time
@@ -152,8 +153,10 @@ def producer(
     ready: mp.Event,
     land_log: str,
     stream: tuple = ("synthetic",),
+    pause: Any = None,
 ) -> None:
-    """Write one-batch files; ``rate`` > 0: at that rate, else as fast as the backlog allows."""
+    """Write one-batch files; ``rate`` > 0: at that rate, else as fast as the backlog allows;
+    none while ``pause`` (an event) is set."""
     torch.set_num_threads(1)
     gen = make_stream(stream, batch)
     gen.columns(0)
@@ -162,6 +165,9 @@ def producer(
     i = 0
     with open(land_log, "w", buffering=1) as log:
         while not stop.is_set():
+            if pause is not None and pause.is_set():
+                time.sleep(0.002)
+                continue
             if rate > 0:
                 wait = t0 + i * batch / rate - time.monotonic()
                 if wait > 0:
@@ -318,8 +324,10 @@ def run_online(
     workdir: Path, *, seconds: float, batch: int, rate: float, publish_every: float, warmup: float,
     model: RecModel | None = None, stream: tuple = ("synthetic",), ckpt_every: float = 30.0,
     publish: dict | None = None, delete_consumed: bool = False, full_every: int = 1,
+    callbacks: tuple = (), pause: Any = None,
 ) -> dict:
-    """One online phase: producer process + online_train for ``seconds``."""
+    """One online phase: producer process + online_train for ``seconds`` (``callbacks`` after
+    the progress sampler; ``pause``: a spawn-context event that pauses the producer)."""
     data = workdir / "data"
     data.mkdir(parents=True)
     ctx = mp.get_context("spawn")
@@ -328,7 +336,7 @@ def run_online(
     land_log = str(workdir / "lands.txt")
     prod = ctx.Process(
         target=producer,
-        args=(str(data), batch, rate, 20, trained, stop, ready, land_log, stream),
+        args=(str(data), batch, rate, 20, trained, stop, ready, land_log, stream, pause),
         daemon=True,
     )
     prod.start()
@@ -353,7 +361,7 @@ def run_online(
         with CheckpointFigures() as ckpts, PublishTimes() as pub_times:
             summary = model.online_train(
                 source,
-                callbacks=[progress],
+                callbacks=[progress, *callbacks],
                 stop=StopOptions(max_time=seconds),
                 checkpoint=CheckpointOptions(workdir / "ckpt", ckpt_every_n_seconds=ckpt_every,
                                              keep_checkpoint_max=2,
@@ -401,14 +409,14 @@ def run_online(
 
 def run_baseline(seconds: float, batch: int, net: nn.Module | None = None,
                  opt: torch.optim.Optimizer | None = None, stream: tuple = ("synthetic",),
-                 n_batches: int = 20) -> dict:
-    """The bare train step over in-memory batches (no Lightning, no files)."""
+                 n_batches: int = 20, batches: list | None = None) -> dict:
+    """The bare train step over in-memory batches (no Lightning, no files); ``batches``:
+    these (from :func:`bare_batches`) instead of ``n_batches`` new ones."""
     if net is None:
         _, net = make_model()
         opt = LazyAdam(net.parameters(), lr=1e-3)
     loss_fn = nn.BCEWithLogitsLoss()
-    gen, schema = make_stream(stream, batch), SyntheticClickSource(batch_size=batch).schema
-    batches = [schema.to_batch(gen.columns(i)) for i in range(n_batches)]
+    batches = batches or bare_batches(stream, batch, n_batches)
     t0 = time.monotonic()
     cpu0 = time.process_time()
     n = 0
@@ -739,12 +747,17 @@ def _publish_summary(thr: dict, publish_every: float) -> dict:
     }
 
 
+def bare_batches(stream: tuple, batch: int, n: int) -> list:
+    """``n`` batches of ``stream`` as tensors, for the bare step."""
+    gen, schema = make_stream(stream, batch), SyntheticClickSource(batch_size=batch).schema
+    return [schema.to_batch(gen.columns(i)) for i in range(n)]
+
+
 def fault_in(net: nn.Module, opt: torch.optim.Optimizer, batch: int, stream: tuple) -> None:
     """One step (the optimizer state exists), then every page of the parameters and the
     optimizer state written once: the bare step is not timed on first-touch page faults of
     the lazily zeroed state, which the online phases after it no longer pay."""
-    gen, schema = make_stream(stream, batch), SyntheticClickSource(batch_size=batch).schema
-    features, label = schema.to_batch(gen.columns(0))
+    [(features, label)] = bare_batches(stream, batch, 1)
     opt.zero_grad(set_to_none=True)
     nn.BCEWithLogitsLoss()(net(features), label).backward()
     opt.step()
