@@ -1114,6 +1114,7 @@ freshness median <= 2 s, p90 <= 4 s. Raw numbers: `bench/results/online_scale.js
 """
         text = _replace_section(text, "online-scale", body)
     if soak is not None:
+        ck = soak["checkpoint"]
         body = f"""<!-- bench:online-soak:start -->
 ## Memory soak (`bench/online.py --soak`)
 
@@ -1123,7 +1124,11 @@ checkpoints and publishes as above. Peak RSS {_gb(soak["peak_rss_bytes"])} =
 {soak["rss_over_state"]:.2f} x state ({_gb(soak["param_bytes"] + soak["optimizer_bytes"])});
 budget 1.5 x state = {_gb(soak["budget_bytes"])}; RSS slope over the last half
 {(soak["rss_slope_bytes_per_min_last_half"] or 0) / 2**20:+.1f} MiB/min. Evictions
-{soak["evictions"]:,}, overflows {soak["overflows"]:,}. Machine: {m["cpu"]};
+{soak["evictions"]:,}, overflows {soak["overflows"]:,}. Checkpoints: {ck["background"]} in the
+background, {ck["increments"]} of them row increments (median {_gb(ck["increment_bytes_median"])},
+written in {_s(ck["increment_write_s_median"])}; whole: {_gb(ck["bytes"])} in
+{_s(ck["whole_write_s_median"])}); stall per checkpoint median {_ms(ck["stall_s_median"])}, max
+{_ms(ck["stall_s_max"])}. Machine: {m["cpu"]};
 {time.strftime("%Y-%m-%d")}. Raw samples: `bench/results/online_soak.json`.
 <!-- bench:online-soak:end -->
 """
