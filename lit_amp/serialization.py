@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from typing import Any
@@ -331,7 +332,10 @@ def _copied(obj: Any, keep: set[int]) -> Any:
         _drop_pages(obj)
         return out
     if isinstance(obj, dict):
-        return {k: _copied(v, keep) for k, v in obj.items()}
+        out = copy.copy(obj)  # its type and attributes (a state dict's ``_metadata``) kept
+        for k, v in obj.items():
+            out[k] = _copied(v, keep)
+        return out
     if isinstance(obj, list):
         return [_copied(v, keep) for v in obj]
     if isinstance(obj, tuple):

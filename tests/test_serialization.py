@@ -254,3 +254,22 @@ def test_a_chain_is_read_back_holding_the_state_once_and_no_file_mapped(tmp_path
     assert got["right"] and got["b"] == [2.0, 2.0]
     assert got["mapped"] == []
     assert got["peak"] < 1.25 * table, f"peak RSS grew {got['peak'] / table:.2f} x the table"
+
+
+def test_a_chain_read_back_keeps_the_state_dicts_type_and_metadata(tmp_path):
+    """``load_state_dict`` reads a module's version from the state dict's ``_metadata``: a
+    chain read back keeps it, as a whole checkpoint read does."""
+    from collections import OrderedDict
+
+    net = nn.BatchNorm1d(3)
+    sd = net.state_dict()
+    torch.save({"state_dict": sd, "lit_amp_chain_id": "A"}, tmp_path / "a.ckpt")
+    inc = OrderedDict(sd)
+    inc._metadata = sd._metadata
+    inc["running_mean"] = torch.ones(1)
+    torch.save({"state_dict": inc, "lit_amp_rows": {
+        "prev": "a.ckpt", "prev_id": "A",
+        "tensors": [[["state_dict", "running_mean"], torch.tensor([1])]]}}, tmp_path / "b.ckpt")
+    got = load_checkpoint(str(tmp_path / "b.ckpt"))["state_dict"]
+    assert type(got) is OrderedDict and got._metadata == sd._metadata
+    assert got["running_mean"].tolist() == [0.0, 1.0, 0.0]
