@@ -771,8 +771,9 @@ def bare_step(o: dict, net: nn.Module, opt: Any, stream: tuple) -> dict:
     """The bare step's records/s: a 5 s warm-up (not counted: the first seconds after the
     state is faulted in run slower), then three windows of ``bare_seconds / 3``; their median.
     This machine's bare step varies by 10-20 % between windows."""
-    run_baseline(5.0, o["batch"], net, opt, stream, n_batches=100)
-    runs = [run_baseline(o["bare_seconds"] / 3, o["batch"], net, opt, stream, n_batches=100)
+    batches = bare_batches(stream, o["batch"], 100)  # the same 100 for every window
+    run_baseline(5.0, o["batch"], net, opt, batches=batches)
+    runs = [run_baseline(o["bare_seconds"] / 3, o["batch"], net, opt, batches=batches)
             for _ in range(3)]
     rates = [r["records_per_s"] for r in runs]
     mid = runs[rates.index(statistics.median(rates))]
