@@ -34,6 +34,7 @@ import collections
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 import zlib
@@ -197,13 +198,16 @@ class DeltaPublisher:
     writes the delta of its version too (so readers stay fresh during the write), unless
     that delta is the oversized kind. ``LATEST`` names a version only once a full snapshot
     at or before it in the chain is on disk; a full snapshot due while another is being
-    written waits for the next publish after it. A delta is then written by a thread too,
-    from copies taken in the loop (its rows, and its whole tensors cloned): one at a time,
-    the next publish waiting for the previous one. :meth:`poll` (called between steps), the
-    next publish or :meth:`close` moves ``LATEST`` to it once it is on disk and lists it in
-    :attr:`landed`. A delta whose write failed is rolled back: its error is raised by the
-    next :meth:`poll`, publish or :meth:`close`, and the next publish writes its version
-    again with its rows.
+    written waits for the next publish after it. A delta is then written by a thread too:
+    its whole tensors are cloned in the loop, its rows gathered by that thread while the
+    next step's forward and backward run (the next optimizer step waits for the gather, so
+    the rows are those of the published step; a tracked tensor written outside an optimizer
+    step meanwhile abandons that delta, and its rows go into the next one). Deltas are
+    written one at a time, the next publish waiting for the previous one. :meth:`poll`
+    (called between steps), the next publish or :meth:`close` moves ``LATEST`` to it once
+    it is on disk and lists it in :attr:`landed`. A delta whose write failed is rolled
+    back: its error is raised by the next :meth:`poll`, publish or :meth:`close`, and the
+    next publish writes its version again with its rows.
 
     Rows are tracked from the gradients (:class:`~lit_amp.rec.touched.TouchedRows`): every
     optimizer that steps ``network`` must be passed to :meth:`attach`.
@@ -275,6 +279,12 @@ class DeltaPublisher:
         # background: the delta being written: (future, version, changes, full too)
         self._delta_pool: ThreadPoolExecutor | None = None
         self._pending_delta: tuple[Future, int, dict, bool] | None = None
+        # set once the background delta's rows are gathered; optimizer steps wait for it
+        self._gathering: threading.Event | None = None
+        # gather the rows in the loop: the network changes rows outside optimizer steps
+        # (a module with take_changed_rows), or a tensor was written outside one
+        self._gather_in_loop = bool(self.touched.row_modules)
+        self._handles: list[Any] = []
         #: background deltas now on disk and named by ``LATEST``, oldest first:
         #: ``(version, path, bytes)`` (the newest 64; a caller may empty it)
         self.landed: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=64)
@@ -283,10 +293,21 @@ class DeltaPublisher:
         """Track the rows ``optimizer`` changes (see :class:`~lit_amp.rec.touched.TouchedRows`)."""
         self.touched.attach(optimizer)
         self._optimizers.append(optimizer)
+        self._handles.append(optimizer.register_step_pre_hook(self._before_step))
 
     def detach(self) -> None:
         """Unhook the optimizers."""
         self.touched.detach()
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """An optimizer step changes rows: the background delta's gather finishes first."""
+        gathering = self._gathering
+        if gathering is not None:
+            gathering.wait()
+            self._gathering = None
 
     def publish(self, step: int, *, records: int = 0, extra: dict[str, Any] | None = None) -> str:
         """Write the next version (a delta, a full snapshot or both), then point ``LATEST`` at
@@ -321,9 +342,11 @@ class DeltaPublisher:
         delta = None
         # written in the loop, a due full snapshot is this version: no delta to build
         if self.chain is not None and not (want_full and not busy and not self.background):
-            delta = _delta_of(state, changes, self.touched.train_state)
+            # in the background, the delta's rows are gathered by its writer thread
+            later = self.background and not self._gather_in_loop
+            delta = _delta_of(state, changes, self.touched.train_state, gather=not later)
             full_bytes = sum(_nbytes(t) for t in state.values())
-            size = sum(_nbytes(t) for t in (*delta[0].values(), *delta[1].values()))
+            size = _delta_bytes(state, delta)
             if size > self.max_fraction * full_bytes and not busy:
                 delta, want_full = None, True
         full = want_full and not busy
@@ -337,7 +360,7 @@ class DeltaPublisher:
                        "full": self.full_version, "chain": chain,
                        "network": delta[0], "rows": delta[1], **extra}
             if self.background:  # started once nothing else of this publish can fail
-                path, later = self._delta_copy(payload, version), payload
+                path, later = self._delta_copy(payload, version, state), payload
             else:
                 path = self._write(payload, version)
             self.deltas_since_full += 1
@@ -354,7 +377,7 @@ class DeltaPublisher:
             else:  # the delta is what this publish wrote in the loop
                 self.last_kind, self.last_bytes, self.last_rows = kind, nbytes, rows
         if later is not None:
-            self._start_delta(later, path, version, changes, full)
+            self._start_delta(later, path, version, changes, full, state)
         self.version, self.chain = version, chain
         self._move_latest()
         return path
@@ -370,27 +393,52 @@ class DeltaPublisher:
         self.last_rows = sum(int(r.numel()) for r in payload["rows"].values())
         return path
 
-    def _delta_copy(self, payload: dict, version: int) -> str:
-        """Check a delta now and make it the training's to change no more: its rows are
-        copies (``index_select``), its whole tensors the live ones, cloned here. Returns
-        the path it will be written to."""
-        _refuse_nonfinite(payload["network"], version)
+    def _delta_copy(self, payload: dict, version: int, state: dict) -> str:
+        """Check a delta's whole tensors now and clone them (the training's to change no
+        more); its rows are copies already, or gathered later by the writer thread (None
+        here). Returns the path it will be written to."""
         rows = payload["rows"]
+        _refuse_nonfinite({k: t for k, t in payload["network"].items() if t is not None},
+                          version)
         payload["network"] = {k: t if k in rows else t.clone()
                               for k, t in payload["network"].items()}
         self.last_kind = "delta"
-        self.last_bytes = sum(_nbytes(t) for t in (*payload["network"].values(),
-                                                  *rows.values()))
+        self.last_bytes = _delta_bytes(state, (payload["network"], rows))
         self.last_rows = sum(int(r.numel()) for r in rows.values())
         return os.path.join(self.directory, f"delta-{version:012d}.pt")
 
     def _start_delta(self, payload: dict, path: str, version: int, changes: dict,
-                     full_too: bool) -> None:
-        """Write the delta ``_delta_copy`` made in the background thread."""
+                     full_too: bool, state: dict) -> None:
+        """Write the delta ``_delta_copy`` made in the background thread, gathering its rows
+        there first if they are not gathered yet (the next optimizer step waits for that)."""
         if self._delta_pool is None:
             self._delta_pool = ThreadPoolExecutor(1, thread_name_prefix="lit_amp-publish-delta")
-        future = self._delta_pool.submit(self._write_file, payload, path)
+        net = payload["network"]
+        live = {k: state[k] for k in payload["rows"] if net[k] is None}
+        gathered = None
+        if live:
+            gathered = self._gathering = threading.Event()
+        future = self._delta_pool.submit(self._gather_and_write, payload, path, version, live,
+                                         {k: t._version for k, t in live.items()}, gathered)
         self._pending_delta = (future, version, changes, full_too)
+
+    @classmethod
+    def _gather_and_write(cls, payload: dict, path: str, version: int,
+                          live: dict[str, torch.Tensor], versions: dict[str, int],
+                          gathered: threading.Event | None) -> int:
+        """The writer thread: gather the rows of ``live`` tensors (then let the optimizer
+        step), check them, write the delta; returns its size."""
+        try:
+            for key, t in live.items():
+                payload["network"][key] = t.index_select(0, payload["rows"][key])
+            written = sorted(k for k, t in live.items() if t._version != versions[k])
+        finally:
+            if gathered is not None:
+                gathered.set()
+        if written:
+            raise _RowsWritten(version, written)
+        _refuse_nonfinite({k: payload["network"][k] for k in live}, version)
+        return cls._write_file(payload, path)
 
     @staticmethod
     def _write_file(payload: dict, path: str) -> int:
@@ -421,6 +469,11 @@ class DeltaPublisher:
         if not full_too and self.version == version:
             self.version -= 1
             self.deltas_since_full = max(0, self.deltas_since_full - 1)
+        if isinstance(error, _RowsWritten):
+            self._gather_in_loop = True
+            log.warning("%s The next publish writes its rows; from now on rows are gathered "
+                        "in the training loop.", error)
+            return
         raise error
 
     def writing(self, version: int) -> bool:
@@ -521,8 +574,10 @@ def _refuse_nonfinite(tensors: dict[str, torch.Tensor], version: int) -> None:
             )
 
 
-def _delta_of(state: dict, changes: dict, train_state: set[str]) -> tuple[dict, dict]:
-    """``(values, rows)`` of a delta: the changed rows of row-tracked tensors, whole others."""
+def _delta_of(state: dict, changes: dict, train_state: set[str], *,
+              gather: bool = True) -> tuple[dict, dict]:
+    """``(values, rows)`` of a delta: the changed rows of row-tracked tensors (None when not
+    ``gather``: gathered later), whole others."""
     values, rows = {}, {}
     for key, r in changes.items():
         if key not in state or key in train_state:
@@ -531,8 +586,31 @@ def _delta_of(state: dict, changes: dict, train_state: set[str]) -> tuple[dict, 
             values[key] = state[key]
         else:
             rows[key] = r
-            values[key] = state[key].index_select(0, r)
+            values[key] = state[key].index_select(0, r) if gather else None
     return values, rows
+
+
+def _delta_bytes(state: dict, delta: tuple[dict, dict]) -> int:
+    """The bytes of a delta's tensors and row indices (rows not gathered yet counted too)."""
+    values, rows = delta
+    size = sum(_nbytes(r) for r in rows.values())
+    for key, t in values.items():
+        if t is None:  # len(rows) rows of the table
+            t = state[key]
+            size += _nbytes(t) // max(1, t.shape[0]) * len(rows[key])
+        else:
+            size += _nbytes(t)
+    return size
+
+
+class _RowsWritten(RuntimeError):
+    """A row-tracked tensor was written outside an optimizer step while a background delta's
+    rows were gathered: that delta is abandoned (its rows go into the next one)."""
+
+    def __init__(self, version: int, keys: list[str]) -> None:
+        super().__init__(
+            f"DeltaPublisher: version {version} was not written: {', '.join(map(repr, keys))} "
+            "changed outside an optimizer step while its rows were being copied.")
 
 
 # ------------------------------------------------------------------------------------ reader

@@ -100,6 +100,12 @@ class TouchedRows:
         self._warned: set[str] = set()
 
     @property
+    def row_modules(self) -> list[torch.nn.Module]:
+        """The modules that change rows themselves, outside optimizer steps
+        (``take_changed_rows``)."""
+        return [m for _, m in self._modules]
+
+    @property
     def train_state(self) -> set[str]:
         """Keys never published in a delta (a module's training statistics)."""
         return set(self._train_state)

@@ -99,6 +99,71 @@ def test_a_delta_holds_its_publish_while_training_goes_on_during_its_write(tmp_p
     pub.close()
 
 
+@pytest.fixture
+def held_gather(monkeypatch):
+    """Holds every background gather of a delta's rows until ``held_gather.set()``."""
+    event = threading.Event()
+    real = DeltaPublisher._gather_and_write.__func__
+
+    def held(cls, *args):
+        assert event.wait(30)
+        return real(cls, *args)
+
+    monkeypatch.setattr(DeltaPublisher, "_gather_and_write", classmethod(held))
+    return event
+
+
+def test_the_next_optimizer_step_waits_until_the_deltas_rows_are_copied(tmp_path, held_gather):
+    """The rows are copied by the writer thread while the next forward / backward run; the
+    optimizer step that would change them waits, so the delta holds the published step."""
+    net, opt = _net()
+    pub = _started(tmp_path, net, opt)
+    _train(net, opt, [3, 7, 9])
+    at_publish = _state(net)
+    pub.publish(step=2)
+    stepped = threading.Event()
+
+    def next_step() -> None:
+        _train(net, opt, [3, 7, 11])
+        stepped.set()
+
+    worker = threading.Thread(target=next_step)
+    worker.start()
+    assert not stepped.wait(0.5)  # forward and backward ran; the step waits for the copy
+    assert _same(_state(net), at_publish)
+    held_gather.set()
+    assert stepped.wait(30)
+    worker.join()
+    pub.poll(wait=True)
+    payload = load_published(tmp_path)
+    assert payload["version"] == 2 and _same(payload["network"], at_publish)
+    pub.publish(step=3)
+    pub.close()
+    assert _same(load_published(tmp_path)["network"], _state(net))
+
+
+def test_rows_written_outside_a_step_during_the_copy_abandon_that_delta(tmp_path, held_gather,
+                                                                       caplog):
+    net, opt = _net()
+    pub = _started(tmp_path, net, opt)
+    _train(net, opt, [3, 7, 9])
+    pub.publish(step=2)
+    with torch.no_grad():  # in place, outside an optimizer step, while the copy waits
+        net.emb.weight[7] += 1.0
+    held_gather.set()
+    with caplog.at_level("WARNING", logger="lit_amp.rec.publish"):
+        pub.poll(wait=True)  # abandoned, not raised
+    assert "changed outside an optimizer step" in caplog.text
+    assert load_published(tmp_path)["version"] == 1  # LATEST still names the full snapshot
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("delta-")]
+    _train(net, opt, [11])
+    pub.publish(step=3)  # version 2 again: rows 3, 7, 9 and 11, copied in the loop now
+    pub.close()
+    payload = load_published(tmp_path)
+    assert payload["version"] == 2 and payload["step"] == 3 and pub.last_rows == 4
+    assert _same(payload["network"], _state(net))
+
+
 def test_a_failed_delta_is_rolled_back_and_its_rows_written_again(tmp_path, monkeypatch):
     net, opt = _net()
     pub = _started(tmp_path, net, opt)

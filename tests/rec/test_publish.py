@@ -303,7 +303,7 @@ def test_a_due_full_snapshot_written_in_the_loop_builds_no_delta(tmp_path, monke
 
     built = []
     real = publish._delta_of
-    monkeypatch.setattr(publish, "_delta_of", lambda *a: built.append(1) or real(*a))
+    monkeypatch.setattr(publish, "_delta_of", lambda *a, **k: built.append(1) or real(*a, **k))
     emb, opt = _table(rows=10_000)
     pub = _publisher(emb, opt, tmp_path, full_every_n_publishes=2)
     for step in range(1, 6):  # full, delta, full, delta, full
