@@ -154,9 +154,12 @@ def producer(
     land_log: str,
     stream: tuple = ("synthetic",),
     pause: Any = None,
+    nice: int = 0,
 ) -> None:
     """Write one-batch files; ``rate`` > 0: at that rate, else as fast as the backlog allows;
-    none while ``pause`` (an event) is set."""
+    none while ``pause`` (an event) is set; ``nice``: this process's niceness increment."""
+    if nice:
+        os.nice(nice)
     torch.set_num_threads(1)
     gen = make_stream(stream, batch)
     gen.columns(0)
@@ -324,7 +327,7 @@ def run_online(
     workdir: Path, *, seconds: float, batch: int, rate: float, publish_every: float, warmup: float,
     model: RecModel | None = None, stream: tuple = ("synthetic",), ckpt_every: float = 30.0,
     publish: dict | None = None, delete_consumed: bool = False, full_every: int = 1,
-    callbacks: tuple = (), pause: Any = None,
+    callbacks: tuple = (), pause: Any = None, producer_nice: int = 0,
 ) -> dict:
     """One online phase: producer process + online_train for ``seconds`` (``callbacks`` after
     the progress sampler; ``pause``: a spawn-context event that pauses the producer)."""
@@ -336,7 +339,8 @@ def run_online(
     land_log = str(workdir / "lands.txt")
     prod = ctx.Process(
         target=producer,
-        args=(str(data), batch, rate, 20, trained, stop, ready, land_log, stream, pause),
+        args=(str(data), batch, rate, 20, trained, stop, ready, land_log, stream, pause,
+              producer_nice),
         daemon=True,
     )
     prod.start()

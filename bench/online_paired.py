@@ -15,7 +15,8 @@ fewer would be slower); the backed fraction of each is reported.
 
 The result: the online total (records over online seconds, the first window left out as the
 warm-up) over the bare total, the ratio per cycle (an online window over the mean of the bare
-windows either side), and a bootstrap 90 % interval over cycles. Writes
+windows either side), and a bootstrap 90 % interval over cycles; per window, the loop thread's
+share of time on a CPU and waiting on a run queue for one (``/proc`` schedstat). Writes
 ``bench/results/online_paired.json``.
 
     .venv/bin/python bench/online_paired.py                      # 26 M rows, 20 minutes
@@ -31,6 +32,7 @@ import logging
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -46,6 +48,16 @@ from _common import write_result  # noqa: E402
 
 from lit_amp.callbacks import Callback  # noqa: E402
 from lit_amp.rec import RecModel, huge_pages  # noqa: E402
+
+
+def run_queue_s() -> float:
+    """Seconds this thread has waited on a run queue for a CPU (``/proc`` schedstat; 0.0
+    where the kernel does not report it)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 class BackgroundTasks:
@@ -90,24 +102,29 @@ class Alternator(Callback):
         self.bare: list[dict] = []
         self.t0: float | None = None
         self.cpu0 = 0.0  # the loop thread's CPU time at the window's start
+        self.rq0 = 0.0  # ... and its run-queue wait
         self.n = self.n0 = 0
 
     def on_train_step_end(self, run_context) -> None:
         self.n += len(run_context.original_args().train_dataset_element[1])
         now = time.monotonic()
         if self.t0 is None:
-            self.t0, self.n0, self.cpu0 = now, self.n, time.thread_time()
+            self.t0, self.n0, self.cpu0, self.rq0 = now, self.n, time.thread_time(), run_queue_s()
             return
         if now - self.t0 < self.o["online_window"]:
             return
         cpu = time.thread_time() - self.cpu0
+        rq = run_queue_s() - self.rq0
         waited = self.tasks.wait()
         t1 = time.monotonic()
         self.online.append({"seconds": t1 - self.t0, "records": self.n - self.n0,
                             "background_wait_s": waited,
                             # the loop thread's CPU time over the wall time: below 1 where it
                             # waited (for data, the GIL, a core)
-                            "loop_cpu_share": cpu / (now - self.t0)})
+                            "loop_cpu_share": cpu / (now - self.t0),
+                            # of the rest: waiting for a CPU (runnable, another thread on
+                            # it); what remains is sleeping (the GIL, a file, a lock)
+                            "loop_run_queue_share": rq / (now - self.t0)})
         self.pause.set()
         try:
             cpu0, mine0 = time.process_time(), time.thread_time()
@@ -124,6 +141,7 @@ class Alternator(Callback):
         finally:
             self.pause.clear()
         self.t0, self.n0, self.cpu0 = time.monotonic(), self.n, time.thread_time()
+        self.rq0 = run_queue_s()
 
 
 def _rate(windows: list[dict]) -> float:
@@ -192,7 +210,7 @@ def run(o: dict) -> dict:
                 publish_every=o["publish_every"], warmup=0.0, model=model, stream=stream,
                 ckpt_every=o["ckpt_every"] * cycle / o["online_window"],
                 full_every=o["full_every"], publish={"delta": True}, delete_consumed=True,
-                callbacks=(alt,), pause=pause)
+                callbacks=(alt,), pause=pause, producer_nice=o["producer_nice"])
     finally:
         online.shutil.rmtree(root, ignore_errors=True)
     on, bare = alt.online, alt.bare
@@ -208,6 +226,11 @@ def run(o: dict) -> dict:
         "ratio_interval_90": bootstrap(on, bare),
         "ratio_per_cycle": [round(r, 4) for r in per_cycle],
         "ratio_per_cycle_median": statistics.median(per_cycle) if per_cycle else None,
+        # the loop thread over the counted online windows: on a CPU, and waiting for one
+        "loop_cpu_share_median": statistics.median(w["loop_cpu_share"] for w in counted)
+        if counted else None,
+        "loop_run_queue_share_median": statistics.median(w["loop_run_queue_share"]
+                                                         for w in counted) if counted else None,
         "online_windows": on, "bare_windows": bare,
         "checkpoint": online._checkpoint_summary([thr]),
         "publish": online._publish_summary(thr, o["publish_every"]),
@@ -228,14 +251,18 @@ def main() -> None:
     ap.add_argument("--new-frac", type=float, default=0.02)
     ap.add_argument("--optimizer", choices=("lazyadam", "adagrad"), default="lazyadam")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--producer-nice", type=int, default=0,
+                    help="niceness of the producer process (it stands for a system elsewhere: "
+                         "19 lets it run only on a core the trainer leaves free)")
     ap.add_argument("--out", default="online_paired")
     o = vars(ap.parse_args())
     r = run(o)
     path = write_result(o.pop("out"), {"options": o, **r})
     print(f"online {r['online_records_per_s']:,.0f}/s, bare {r['bare_records_per_s']:,.0f}/s: "
           f"ratio {r['ratio']:.3f} (90 % interval {r['ratio_interval_90']}), per-cycle median "
-          f"{r['ratio_per_cycle_median']:.3f} over {len(r['ratio_per_cycle'])} cycles; huge "
-          f"pages {r['huge_page_fraction']}")
+          f"{r['ratio_per_cycle_median']:.3f} over {len(r['ratio_per_cycle'])} cycles; loop "
+          f"thread on a CPU {r['loop_cpu_share_median']:.3f}, waiting for one "
+          f"{r['loop_run_queue_share_median']:.3f}; huge pages {r['huge_page_fraction']}")
     print("written:", path)
 
 
