@@ -27,6 +27,7 @@ import torch
 from lit_amp._io import atomic_write
 from lit_amp.rec.sources.base import StreamSource, check_source_args, resolve_shard
 from lit_amp.rec.sources.deleter import Deleter, identity
+from lit_amp.rec.sources.npz import read_npz
 from lit_amp.rec.sources.schema import ClickSchema, Columns
 
 __all__ = ["DirectorySource", "write_shard", "shard_of"]
@@ -399,9 +400,7 @@ class DirectorySource(StreamSource):
                 cols, index, bad = schema.parse_json_lines(lines)
                 n_total = len(lines)
             elif name.endswith(".npz"):
-                with np.load(path, allow_pickle=False) as z:
-                    arrays = {k: z[k] for k in z.files}
-                cols, index, bad, n_total = schema.check_columns(arrays)
+                cols, index, bad, n_total = schema.check_columns(read_npz(path))
             else:
                 arrays = torch.load(path, map_location="cpu", weights_only=True)
                 if not isinstance(arrays, dict):

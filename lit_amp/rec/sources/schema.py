@@ -258,7 +258,16 @@ class ClickSchema:
                 raise ValueError(f"shard array '{k}' must be integer, got {cols[k].dtype}")
         label = cols["label"].astype(np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
-            dense = cols["dense"].astype(np.float32)  # a value over float32's range: inf
+            # a value over float32's range: inf
+            dense = cols["dense"].astype(np.float32, copy=False)
+        if self._clean(cols, label, dense):  # every row valid: no per-row masks, no copies
+            valid = {
+                "id": cols["id"].astype(np.int64, copy=False),
+                "label": label.astype(np.float32),
+                "dense": dense,
+                "cat": cols["cat"].astype(np.int64, copy=False),
+            }
+            return valid, np.arange(n, dtype=np.int64), [], n
         id_ok = _fits_int64(cols["id"])
         cat_ok = _fits_int64(cols["cat"]).all(axis=1) if self.num_cat else True
         ok = (label == 0) | (label == 1)
@@ -288,6 +297,17 @@ class ClickSchema:
             "cat": cols["cat"].astype(np.int64)[index],
         }
         return valid, index, bad, n
+
+    def _clean(self, cols: Columns, label: np.ndarray, dense: np.ndarray) -> bool:
+        """Whether every row is valid, by whole-array reductions (the common case)."""
+        if not len(label) or not ((label == 0) | (label == 1)).all():
+            return False
+        if self.num_dense and not np.isfinite(dense).all():
+            return False
+        cat = cols["cat"]
+        if not _all_fit_int64(cols["id"]) or self.num_cat and not _all_fit_int64(cat):
+            return False
+        return not self.num_cat or cat.dtype.kind != "i" or cat.min() >= 0
 
     @staticmethod
     def row_dict(cols: Mapping[str, np.ndarray], i: int) -> dict:
@@ -335,6 +355,12 @@ def _fits_int64(a: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "u" and a.dtype.itemsize >= 8:
         return a <= np.uint64(_INT64_MAX)
     return np.ones(a.shape, dtype=bool)
+
+
+def _all_fit_int64(a: np.ndarray) -> bool:
+    """Whether every integer value of ``a`` is representable as int64."""
+    return a.dtype.kind != "u" or a.dtype.itemsize < 8 or not a.size or \
+        a.max() <= np.uint64(_INT64_MAX)
 
 
 def _to_numpy(x: Any) -> np.ndarray:

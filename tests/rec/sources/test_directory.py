@@ -160,6 +160,24 @@ def test_malformed_records_are_dead_lettered_with_their_position(tmp_path):
     assert src.state_dict()["done"] == {"a.jsonl", "b.npz", "c.npz"}
 
 
+def test_a_shard_with_a_flipped_byte_is_dead_lettered_whole_and_its_neighbours_trained(
+        tmp_path):
+    """A bit flipped on disk in a shard's array bytes: the zip checksum refuses the file (one
+    dead letter), never trained with the wrong value."""
+    gen = SyntheticClickSource(batch_size=4, seed=1)
+    for i in range(3):
+        write_shard(tmp_path, f"part-{i}", gen.columns(i))
+    path = tmp_path / "part-1.npz"
+    data = bytearray(path.read_bytes())
+    data[190] ^= 0x04  # an id of the first member (its array starts at byte 184)
+    path.write_bytes(bytes(data))
+    src = DirectorySource(tmp_path, batch_size=4, max_idle_s=0)
+    assert ids_of(src) == [0, 1, 2, 3, 8, 9, 10, 11]
+    dead = [json.loads(x) for x in (tmp_path / "_dead_letter.jsonl").read_text().splitlines()]
+    assert [d["position"] for d in dead] == [{"file": "part-1.npz", "row": None}]
+    assert "CRC" in dead[0]["error"] and src.malformed == 1
+
+
 def test_restored_cursor_does_not_dead_letter_consumed_rows_again(tmp_path):
     cols = SyntheticClickSource(batch_size=6, seed=1).columns(0)
     cols["label"][1] = 5.0

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lit_amp.rec import StopOptions
 from lit_amp.rec.sources import KafkaSource, SyntheticClickSource
@@ -58,3 +60,63 @@ def test_click_schema_json_round_trip():
     assert bad == [] and index.tolist() == list(range(5))
     for k in cols:
         np.testing.assert_array_equal(back[k], cols[k])
+
+
+# ---------------------------------------------------------------------- shard arrays
+_BAD_LABELS = [0.5, np.nan, 2.0]
+_BAD_DENSE = [np.inf, -np.inf, np.nan, 1e39]  # 1e39: inf in float32
+
+
+@st.composite
+def _shards(draw):
+    """Clean shards, and shards with a few hostile values in random places."""
+    n = draw(st.integers(1, 6))
+    int_dtype = draw(st.sampled_from([np.int64, np.int32, np.uint64]))
+    big = [2**64 - 1, 2**63] if int_dtype == np.uint64 else [-1, -(2**31)]
+    label = np.array(draw(st.lists(st.sampled_from([0, 1]), min_size=n, max_size=n)), float)
+    dense = np.array(draw(st.lists(st.floats(-3, 3), min_size=n * 13, max_size=n * 13)))
+    cat = np.array(draw(st.lists(st.integers(0, 2**31 - 1), min_size=n * 26,
+                                 max_size=n * 26)), dtype=object)
+    ids = np.array(draw(st.lists(st.integers(0, 2**40), min_size=n, max_size=n)), dtype=object)
+    for _ in range(draw(st.integers(0, 3))):  # hostile values
+        which = draw(st.sampled_from(["label", "dense", "cat", "id"]))
+        col, bad = {"label": (label, _BAD_LABELS), "dense": (dense, _BAD_DENSE),
+                    "cat": (cat, big), "id": (ids, big[:1])}[which]
+        col[draw(st.integers(0, col.size - 1))] = draw(st.sampled_from(bad))
+    label_dtype = draw(st.sampled_from([np.float32, np.float64]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return {
+            "id": ids.astype(np.uint64 if int_dtype == np.uint64 else np.int64),
+            "label": label.astype(label_dtype),
+            "dense": dense.astype(draw(st.sampled_from([np.float32, np.float64]))).reshape(
+                n, 13),
+            "cat": cat.astype(int_dtype).reshape(n, 26),
+        }
+
+
+@settings(max_examples=150, deadline=None)
+@given(cols=_shards())
+def test_check_columns_shortcut_for_clean_shards_agrees_with_the_row_by_row_check(cols):
+    """Clean shards skip the per-row masks (whole-array reductions decide); whatever a shard
+    holds, the result equals the row-by-row check's: rows kept, dtypes, dead letters."""
+    schema = ClickSchema()
+    got = schema.check_columns(cols)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ClickSchema, "_clean", lambda *a: False)
+        want = schema.check_columns(cols)
+    (g_cols, g_index, g_bad, g_n), (w_cols, w_index, w_bad, w_n) = got, want
+    assert g_n == w_n and g_index.tolist() == w_index.tolist()
+    assert [(i, why) for i, why, _ in g_bad] == [(i, why) for i, why, _ in w_bad]
+    for k in w_cols:
+        assert g_cols[k].dtype == w_cols[k].dtype and g_cols[k].shape == w_cols[k].shape
+        np.testing.assert_array_equal(g_cols[k], w_cols[k])
+
+
+def test_a_clean_shard_takes_the_shortcut_and_a_bad_row_does_not():
+    schema = ClickSchema()
+    cols = SyntheticClickSource(batch_size=8, seed=3).columns(0)
+    assert schema._clean(cols, cols["label"].astype(np.float64), cols["dense"])
+    cols["cat"][5, 2] = -4
+    assert not schema._clean(cols, cols["label"].astype(np.float64), cols["dense"])
+    valid, index, bad, n = schema.check_columns(cols)
+    assert n == 8 and 5 not in index.tolist() and bad[0][:2] == (5, "'cat' holds a negative id")
