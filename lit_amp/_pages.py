@@ -1,4 +1,5 @@
-"""Advice to the kernel about the pages under a tensor (Linux ``madvise``): the one home of it.
+"""Advice to the kernel about the pages under a tensor (Linux ``madvise``), and tensors whose
+pages cost memory only once written: the one home of both.
 
 :func:`advise` gives advice over the page-aligned inside of a memory range: 2 MiB pages for the
 embedding tables (:mod:`lit_amp.rec.huge_pages`), or dropping the pages of a memory-mapped file
@@ -16,9 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import sys
 
-__all__ = ["HUGE_PAGE", "MADV_COLLAPSE", "MADV_DONTNEED", "MADV_HUGEPAGE", "PAGE", "advise"]
+import torch
+
+__all__ = ["HUGE_PAGE", "MADV_COLLAPSE", "MADV_DONTNEED", "MADV_HUGEPAGE", "PAGE", "advise",
+           "zeroed"]
 
 PAGE = 4096
 HUGE_PAGE = 2 << 20
@@ -46,3 +51,27 @@ def advise(ptr: int, nbytes: int, *advice: int, align: int = PAGE) -> bool:
         return all(_madvise(start, end - start, a) for a in advice)
     except OSError:  # no libc to load
         return False
+
+
+def zeroed(rows: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """A zeroed map of ``rows`` rows that costs memory only where it is written.
+
+    An anonymous mapping starts as zero pages that become resident one 4 KiB page at a time
+    as they are written (``torch.zeros`` writes every page; numpy's zeroed arrays ask for
+    2 MiB huge pages, so one written row makes 2 MiB resident). A checkpoint snapshot takes one
+    (a slot map) in O(1) and frees it when its write is over: a table of 26 M rows keeps no
+    104 MB map while no snapshot is written, and no checkpoint stalls to clear one. The bitmaps
+    of changed rows (``torch.bool``) restart at each take in O(1) the same way.
+
+    Example:
+        >>> m = zeroed(5, torch.bool)
+        >>> m[3] = True
+        >>> m.tolist()
+        [False, False, False, True, False]
+    """
+    if rows == 0:
+        return torch.zeros(0, dtype=dtype)
+    buf = mmap.mmap(-1, rows * dtype.itemsize)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        buf.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(buf, dtype=dtype)

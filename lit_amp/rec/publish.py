@@ -48,7 +48,7 @@ from lit_amp._validation import check_bool, check_int, check_number
 from lit_amp.rec.full_writer import BackgroundFullWriter, streamable
 from lit_amp.rec.online.guard import all_finite
 from lit_amp.rec.online.snapshot import SnapshotBroken
-from lit_amp.rec.touched import TouchedRows
+from lit_amp.rec.touched import MarkedRows, TouchedRows
 from lit_amp.serialization import load_checkpoint
 
 __all__ = [
@@ -325,7 +325,8 @@ class DeltaPublisher:
         """
         self._collect()
         self._collect_delta(wait=True)
-        changes = self.touched.take()
+        # a background writer lists the rows of its delta (the loop only counts them)
+        changes = self.touched.take(lazy=self.background and not self._gather_in_loop)
         try:
             return self._publish(changes, step, records, extra)
         except BaseException:
@@ -430,7 +431,10 @@ class DeltaPublisher:
         step), check them, write the delta; returns its size."""
         try:
             for key, t in live.items():
-                payload["network"][key] = t.index_select(0, payload["rows"][key])
+                rows = payload["rows"][key]
+                if isinstance(rows, MarkedRows):  # torch.nonzero: the GIL is released
+                    rows = payload["rows"][key] = rows.rows()
+                payload["network"][key] = t.index_select(0, rows)
             written = sorted(k for k, t in live.items() if t._version != versions[k])
         finally:
             if gathered is not None:
@@ -585,6 +589,8 @@ def _delta_of(state: dict, changes: dict, train_state: set[str], *,
         if r is None:
             values[key] = state[key]
         else:
+            if gather and isinstance(r, MarkedRows):
+                r = r.rows()
             rows[key] = r
             values[key] = state[key].index_select(0, r) if gather else None
     return values, rows
@@ -593,7 +599,7 @@ def _delta_of(state: dict, changes: dict, train_state: set[str], *,
 def _delta_bytes(state: dict, delta: tuple[dict, dict]) -> int:
     """The bytes of a delta's tensors and row indices (rows not gathered yet counted too)."""
     values, rows = delta
-    size = sum(_nbytes(r) for r in rows.values())
+    size = sum(8 * len(r) if isinstance(r, MarkedRows) else _nbytes(r) for r in rows.values())
     for key, t in values.items():
         if t is None:  # len(rows) rows of the table
             t = state[key]

@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from lit_amp._pages import zeroed
 from lit_amp.rec.wide_deep import LazyAdam
 
-__all__ = ["TouchedRows"]
+__all__ = ["MarkedRows", "TouchedRows"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,35 @@ def step_rows(optimizer: Any, group: dict, p: torch.Tensor) -> torch.Tensor | No
     if g.is_sparse and g.sparse_dim() == 1 and _row_local(optimizer, group):
         return g._indices()[0]
     return None
+
+
+class MarkedRows:
+    """The rows marked in a bitmap that :meth:`TouchedRows.take` (``lazy=True``) took: counted
+    then, listed when :meth:`rows` is first called (the bitmap is no longer written).
+
+    Listing the rows of a 26 M-row bitmap takes ~11 ms with numpy (which holds the GIL) and
+    ~30 ms with ``torch.nonzero`` (which releases it): a background writer lists them with
+    torch on another core, and the training loop only counts them (~1 ms).
+    """
+
+    __slots__ = ("bitmap", "count", "_rows")
+
+    def __init__(self, bitmap: torch.Tensor, count: int) -> None:
+        self.bitmap, self.count = bitmap, count
+        self._rows: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def numel(self) -> int:
+        """How many rows (as a tensor of them would say)."""
+        return self.count
+
+    def rows(self) -> torch.Tensor:
+        """The marked rows, sorted (int64)."""
+        if self._rows is None:
+            self._rows = self.bitmap.nonzero().squeeze(1)
+        return self._rows
 
 
 class TouchedRows:
@@ -131,7 +161,7 @@ class TouchedRows:
             if rows is None:
                 self._whole.add(key)
             else:
-                self._mark_rows(key, rows)
+                self._mark_rows(key, rows.rows() if isinstance(rows, MarkedRows) else rows)
 
     def _mark_rows(self, key: str, rows: torch.Tensor, length: int | None = None) -> None:
         bitmap = self._rows_of.get(key)
@@ -166,8 +196,12 @@ class TouchedRows:
                 type(optimizer).__name__, key,
             )
 
-    def take(self) -> dict[str, torch.Tensor | None]:
+    def take(self, lazy: bool = False) -> dict[str, torch.Tensor | MarkedRows | None]:
         """The changes since the last call, then forget them.
+
+        Args:
+            lazy: report a row-tracked key's rows as :class:`MarkedRows` (counted now, listed
+                later, e.g. by a writer thread) instead of a tensor of them.
 
         Returns:
             ``{state_dict key: sorted changed rows (int64)}``, or ``None`` for a key changed
@@ -179,8 +213,14 @@ class TouchedRows:
             if rows.numel():
                 for name in m.row_state:
                     self._mark_rows(prefix + name, rows)
-        out: dict[str, torch.Tensor | None] = {}
+        out: dict[str, torch.Tensor | MarkedRows | None] = {}
         for key, bitmap in self._rows_of.items():
+            if lazy:
+                count = int(np.count_nonzero(bitmap.numpy()))
+                if count:  # handed over whole: marking goes on in a fresh bitmap
+                    out[key] = MarkedRows(bitmap, count)
+                    self._rows_of[key] = zeroed(len(bitmap), torch.bool)
+                continue
             # numpy's flatnonzero: 2.5 x faster than torch's nonzero on a 26 M-row bitmap
             rows = torch.from_numpy(np.flatnonzero(bitmap.numpy()))
             if rows.numel():

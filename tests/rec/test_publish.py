@@ -312,3 +312,30 @@ def test_a_due_full_snapshot_written_in_the_loop_builds_no_delta(tmp_path, monke
         assert pub.last_kind == ("full" if step % 2 else "delta")
     assert len(built) == 2  # one per delta written, none for the fulls of steps 3 and 5
     assert _same(load_published(tmp_path)["network"], emb)
+
+
+def test_touched_rows_taken_lazily_are_the_rows_taken_eagerly_and_stay_as_taken():
+    from lit_amp.rec.touched import MarkedRows, TouchedRows
+
+    emb = torch.nn.Embedding(1000, 4, sparse=True)
+    opt = torch.optim.SparseAdam(emb.parameters())
+    eager, lazy = TouchedRows(emb), TouchedRows(emb)
+    eager.attach(opt)
+    lazy.attach(opt)
+    eager.take(), lazy.take(lazy=True)  # the first look: everything
+
+    def step(ids):
+        opt.zero_grad()
+        emb(torch.tensor(ids)).sum().backward()
+        opt.step()
+
+    step([5, 900, 5, 17])
+    want, got = eager.take(), lazy.take(lazy=True)
+    marked = got["weight"]
+    assert isinstance(marked, MarkedRows) and len(marked) == marked.numel() == 3
+    step([3])  # marked after the take: not in it, in the next
+    assert marked.rows().tolist() == want["weight"].tolist() == [5, 17, 900]
+    assert lazy.take(lazy=True)["weight"].rows().tolist() == [3]
+    lazy.mark(got)  # a failed publish marks them again
+    assert lazy.take()["weight"].tolist() == [5, 17, 900]
+    assert lazy.take(lazy=True) == {}

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import mmap
 import os
 import pickle
 import threading
@@ -55,6 +54,7 @@ import numpy as np
 import torch
 
 from lit_amp._io import atomic_write
+from lit_amp._pages import zeroed
 from lit_amp._sparse import coalesced
 from lit_amp.rec.online.guard import all_finite
 from lit_amp.rec.touched import _row_local, step_rows
@@ -149,7 +149,7 @@ class _Protected:
         self.tensors = tensors  # detached live tensors (they share the version counters)
         self.rows = tensors[0].shape[0]
         self.row_bytes = sum(t.shape[1] * t.element_size() for t in tensors)
-        self.slot = _zeroed(self.rows)  # row -> 1 + index into the stores, 0: not copied
+        self.slot = zeroed(self.rows)  # row -> 1 + index into the stores, 0: not copied
         self.stores = [_RowStore(t) for t in tensors]
         self.done = [0] * len(tensors)  # rows [0, done[i]) of tensors[i] are written
         # a row increment: the rows written (sorted), and their bitmap; None: every row
@@ -190,28 +190,10 @@ class _Protected:
 
     def release(self) -> None:
         """Free the rows copied aside and the slot map."""
-        self.slot = _zeroed(0)
+        self.slot = zeroed(0)
         self.stores = [_RowStore(t) for t in self.tensors]
         self.done = [self.rows] * len(self.tensors)
         self.member = None
-
-
-def _zeroed(rows: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
-    """A zeroed map of ``rows`` rows that costs memory only where it is written.
-
-    An anonymous mapping starts as zero pages that become resident one 4 KiB page at a time
-    as they are written (``torch.zeros`` writes every page; numpy's zeroed arrays ask for
-    2 MiB huge pages, so one written row makes 2 MiB resident). A snapshot takes one (a slot
-    map) in O(1) and frees it when its write is over: a table of 26 M rows keeps no 104 MB map
-    while no snapshot is written, and no checkpoint stalls to clear one. The bitmaps of changed
-    rows (``torch.bool``) restart at each take in O(1) the same way.
-    """
-    if rows == 0:
-        return torch.zeros(0, dtype=dtype)
-    buf = mmap.mmap(-1, rows * dtype.itemsize)
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):
-        buf.madvise(mmap.MADV_NOHUGEPAGE)
-    return torch.frombuffer(buf, dtype=dtype)
 
 
 class _Null:
@@ -683,7 +665,7 @@ class Snapshots:
                     continue
                 bitmap = self._changed.get(id(p))
                 if bitmap is None:
-                    bitmap = self._changed[id(p)] = _zeroed(p.shape[0], torch.bool)
+                    bitmap = self._changed[id(p)] = zeroed(p.shape[0], torch.bool)
                 bitmap.index_fill_(0, rows, True)
 
     def _row_write(self, tensors: list[torch.Tensor], rows: torch.Tensor | None) -> None:
@@ -765,7 +747,7 @@ class Snapshots:
             return
         bitmap = self._changed.get(id(p))
         if bitmap is None:
-            bitmap = _zeroed(p.shape[0], torch.bool)
+            bitmap = zeroed(p.shape[0], torch.bool)
         count = int(np.count_nonzero(bitmap.numpy()))
         if count > MAX_INCREMENT_FRACTION * p.shape[0]:
             return
