@@ -1,4 +1,4 @@
-"""Shared fixtures: small real models and data (seeded), quiet Lightning."""
+"""Shared fixtures: small real models and data (seeded), quiet Lightning; lit_amp's wheel."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.helpers.data import make_batches, make_net  # noqa: F401 - re-exported
+from tests.helpers.wheel import build_wheel
 
 
 @pytest.fixture(autouse=True)
@@ -29,3 +30,10 @@ def batches():
 @pytest.fixture
 def net():
     return make_net()
+
+
+@pytest.fixture(scope="session")
+def lit_amp_wheel(tmp_path_factory):
+    """``(wheel path, build log)``: built once per session; tests copy or install it, never
+    change it."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_packaging import build_wheel
-
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
 
 
@@ -27,8 +25,8 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_wheel_installs_and_runs_from_outside_the_repository(tmp_path):
-    wheel, _ = build_wheel(tmp_path / "build")
+def test_wheel_installs_and_runs_from_outside_the_repository(tmp_path, lit_amp_wheel):
+    wheel, _ = lit_amp_wheel
     target, work = tmp_path / "target", tmp_path / "elsewhere"
     work.mkdir()
     inst = subprocess.run([*PIP, "install", "--no-deps", "--target", str(target), str(wheel)],
@@ -68,7 +66,7 @@ def _registry_unreachable(tmp: Path) -> str | None:
 
 
 @pytest.mark.slow
-def test_the_wheel_in_an_empty_venv_runs_lit_amps_default_experiment(tmp_path):
+def test_the_wheel_in_an_empty_venv_runs_lit_amps_default_experiment(tmp_path, lit_amp_wheel):
     # a pip user's first command: `pip install lit_amp-*.whl` into a fresh venv, then
     # `lit-amp debug=limit` in an empty folder (the default experiment, 5 batches x 2 epochs)
     why = _registry_unreachable(tmp_path / "probe")
@@ -78,7 +76,7 @@ def test_the_wheel_in_an_empty_venv_runs_lit_amps_default_experiment(tmp_path):
     torch_version = md.version("torch")
     if "+cpu" not in torch_version:  # a fresh venv would download a multi-GB CUDA build
         pytest.skip(f"this suite's torch {torch_version} is not a CPU build (+cpu) to reuse")
-    wheel, _ = build_wheel(tmp_path / "build")
+    wheel, _ = lit_amp_wheel
     venv, work = tmp_path / "venv", tmp_path / "empty"
     work.mkdir()
     try:
