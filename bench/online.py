@@ -433,6 +433,7 @@ def run_baseline(seconds: float, batch: int, net: nn.Module | None = None,
     wall = time.monotonic() - t0
     return {
         "seconds": wall,
+        "steps": n,  # more than len(batches): some were trained again
         "records_per_s": n * batch / wall,
         "records_per_cpu_s": n * batch / (time.process_time() - cpu0),
         "cpu_share": (time.process_time() - cpu0) / wall,
@@ -751,10 +752,26 @@ def _publish_summary(thr: dict, publish_every: float) -> dict:
     }
 
 
-def bare_batches(stream: tuple, batch: int, n: int) -> list:
-    """``n`` batches of ``stream`` as tensors, for the bare step."""
+def bare_batches(stream: tuple, batch: int, n: int, start: int = 0) -> list:
+    """Batches ``start .. start + n - 1`` of ``stream`` as tensors, for the bare step."""
     gen, schema = make_stream(stream, batch), SyntheticClickSource(batch_size=batch).schema
-    return [schema.to_batch(gen.columns(i)) for i in range(n)]
+    return [schema.to_batch(gen.columns(i)) for i in range(start, start + n)]
+
+
+class FreshBatches:
+    """Batches of ``stream`` for the bare step that no window has trained on: each
+    :meth:`take` continues where the last ended (from batch ``start``, far past any the online
+    loop reaches), as the online loop trains each batch once. The bare step's default cycles
+    over a fixed 100 instead; bench/bare_batches.py measured no difference between the two
+    (docs/benchmarks.md)."""
+
+    def __init__(self, stream: tuple, batch: int, start: int = 10**7) -> None:
+        self.stream, self.batch, self.next = stream, batch, start
+
+    def take(self, n: int) -> list:
+        out = bare_batches(self.stream, self.batch, n, self.next)
+        self.next += n
+        return out
 
 
 def fault_in(net: nn.Module, opt: torch.optim.Optimizer, batch: int, stream: tuple) -> None:
