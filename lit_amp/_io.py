@@ -6,6 +6,9 @@ fsyncs the folder, so after a crash the target holds the old or the new content,
 one. A failed write (full disk, I/O error) leaves the old file and raises an ``OSError`` naming
 the file and the free space. A temp file is named ``.tmp-lit_amp-<target>.<random>`` and locked
 (``flock``) while written; :func:`remove_stale_temps` deletes only the temps of killed writers.
+With ``drop_cache`` the file's pages leave the page cache once on disk: a checkpoint of
+gigabytes is written for a restart, not to be read now; kept cached, it crowds out the memory
+training allocates and the kernel reclaims in the training thread.
 """
 
 from __future__ import annotations
@@ -45,6 +48,16 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def _drop_cache(fd: int) -> None:
+    """Evict ``fd``'s clean (written back) pages from the page cache."""
+    fadvise = getattr(os, "posix_fadvise", None)
+    if fadvise is not None:
+        try:
+            fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:  # pragma: no cover - a filesystem without the advice
+            pass
+
+
 def _write_failure(path: str, tmp: str, exc: BaseException) -> OSError | None:
     """An ``OSError`` naming ``path`` when ``exc`` is a full disk or an I/O error, else None."""
     code = getattr(exc, "errno", None)
@@ -67,7 +80,7 @@ def _write_failure(path: str, tmp: str, exc: BaseException) -> OSError | None:
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any], *,
-                 fsync: bool = True) -> str:
+                 fsync: bool = True, drop_cache: bool = False) -> str:
     """Write ``path`` atomically: ``write(f)`` fills a temp file that replaces ``path``.
 
     Args:
@@ -75,6 +88,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any], *,
         write: called once with a binary file object open for writing.
         fsync: flush file and folder to stable storage before returning (the default;
             a checkpoint that only sits in the page cache is lost by a power cut).
+        drop_cache: with ``fsync``, evict the file's pages from the page cache once they are
+            on disk (``posix_fadvise(DONTNEED)``; where the platform has none, nothing is
+            evicted: only the memory differs).
 
     Returns:
         ``path`` as a str.
@@ -102,6 +118,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any], *,
                 f.flush()
                 if fsync:
                     os.fsync(f.fileno())
+                    if drop_cache:
+                        _drop_cache(f.fileno())
         except (OSError, RuntimeError) as exc:
             failure = _write_failure(path, tmp, exc)
             if failure is None:

@@ -173,7 +173,7 @@ def write_checkpoint(payload: dict, ckpt_file_name: str | os.PathLike) -> str:
     path = os.fspath(ckpt_file_name)
     if not path.endswith(".ckpt"):
         path += ".ckpt"
-    return atomic_write(path, lambda f: torch.save(payload, f))
+    return atomic_write(path, lambda f: torch.save(payload, f), drop_cache=True)
 
 
 def load_checkpoint(

@@ -20,6 +20,7 @@ from pathlib import Path
 from lit_amp.callbacks.backup_and_restore import BackupAndRestore
 from lit_amp.callbacks.checkpoint import CheckpointConfig, ModelCheckpoint
 from tests.callbacks._helpers import simulate_train
+from tests.helpers.pages import CACHE_ADVICE, resident_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,3 +99,26 @@ def test_a_write_in_progress_keeps_its_temp(tmp_path):
         assert busy.exists()
     simulate_train([ModelCheckpoint(directory=str(tmp_path))], epochs=1, batches=1)
     assert not busy.exists()  # its writer is gone: removed at the next start
+
+
+
+@CACHE_ADVICE
+def test_a_checkpoint_written_with_drop_cache_leaves_the_page_cache(tmp_path):
+    import torch
+
+    from lit_amp._io import atomic_write
+    from lit_amp.serialization import checkpoint_payload, write_checkpoint
+
+    data = os.urandom(8 << 20)
+    kept = Path(atomic_write(tmp_path / "kept.bin", lambda f: f.write(data)))
+    dropped = Path(atomic_write(tmp_path / "dropped.bin", lambda f: f.write(data),
+                                drop_cache=True))
+    resident, pages = resident_pages(kept)
+    assert resident > pages // 2  # written, not dropped: still cached
+    assert resident_pages(dropped)[0] < pages // 20
+    assert dropped.read_bytes() == data  # only the cache went: the content is whole
+    # a checkpoint (lit_amp's format) is written that way
+    ckpt = Path(write_checkpoint(checkpoint_payload(
+        {"w": torch.randn(1 << 20)}, None), tmp_path / "net"))
+    resident, pages = resident_pages(ckpt)
+    assert resident < pages // 20, (resident, pages)

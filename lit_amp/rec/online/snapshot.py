@@ -486,7 +486,7 @@ class Snapshot:
                 with self._lock:
                     self._check_intact()  # nothing written outside a step since the last chunk
 
-            path = atomic_write(path, fill)
+            path = atomic_write(path, fill, drop_cache=True)
         finally:
             self.release()
         self.stats.path = os.fspath(path)

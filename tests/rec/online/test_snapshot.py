@@ -19,6 +19,7 @@ from lit_amp.rec.id_embedding import IdEmbedding
 from lit_amp.rec.online import snapshot as snapshot_mod
 from lit_amp.rec.online.snapshot import SnapshotBroken, Snapshots
 from lit_amp.serialization import load_checkpoint
+from tests.helpers.pages import CACHE_ADVICE, resident_pages
 
 ROWS, DIM = 3000, 8
 
@@ -218,6 +219,20 @@ def test_a_written_snapshot_frees_its_clones(tmp_path):
     assert snap.payload is None and all(r() is None for r in clones)
     assert torch.load(tmp_path / "a.ckpt", weights_only=True)["state_dict"].keys() == \
         net.state_dict().keys()
+    snaps.remove()
+
+
+@CACHE_ADVICE
+def test_a_written_snapshot_leaves_the_page_cache(tmp_path):
+    """A checkpoint of gigabytes is written for a restart: once on disk, its pages are not
+    kept in the page cache, where they would crowd out the memory training allocates."""
+    net = Net()
+    opt = LazyAdam(net.parameters())
+    _step(net, opt, [1, 2])
+    snaps = Snapshots([opt])
+    snaps.take(_state(net, opt)).write(tmp_path / "a.ckpt")
+    resident, pages = resident_pages(tmp_path / "a.ckpt")
+    assert pages > 1 and resident < max(1, pages // 20), (resident, pages)
     snaps.remove()
 
 
