@@ -98,6 +98,18 @@ def steps(records: list[dict], start: int | None = None) -> list[dict]:
     return [r for r in records if r["kind"] == "step" and (start is None or r["start"] == start)]
 
 
+def wait_for_training(part: Part, job_dir: Path, timeout_s: float = 150.0) -> None:
+    """Return once rank 0 of the job in ``job_dir`` has begun training its first start (its
+    ``start`` record), the part has ended, or ``timeout_s`` passed (a test then reports it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and part.proc.poll() is None:
+        if any(r["kind"] == "start" and r["start"] == 0
+               for r in probe.read(job_dir / "probe").get(0, [])):
+            part.at("training")
+            return
+        time.sleep(0.2)
+
+
 def watch_probe(part: Part, job_dir: Path, min_steps: int, act: Callable[[str], None],
                 label: str, timeout_s: float = 240.0) -> threading.Thread:
     """Call ``act(job id)`` once rank 0 of the job in ``job_dir`` has trained ``min_steps`` steps

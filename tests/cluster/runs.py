@@ -6,7 +6,8 @@
   ``scontrol requeue`` and job 1 ``scancel --signal=USR2`` (submitit's signal) after 2 steps
   of their first start, job 2 is left alone (the uninterrupted reference);
 - ``time_limit``: the same training with a 1-minute time limit that its first start cannot
-  meet (each step sleeps 6 s) and no early warning signal (``signal_delay_s=0``);
+  meet (each step sleeps 9 s: 12 steps, 108 s) and no early warning signal
+  (``signal_delay_s=0``);
 - ``optuna_slurm``: ``lit-amp hparams_search=optuna hydra/launcher=slurm``, 2 trials at once;
 - ``sbatch_example``: ``sbatch --wait examples/slurm_train.sbatch`` (``srun python
   examples/slurm_train.py`` on 2 tasks);
@@ -30,6 +31,7 @@ from tests.cluster.campaign import (
     Part,
     client_env,
     slurm,
+    wait_for_training,
     watch_probe,
 )
 from tests.cluster.slurm_cluster import SlurmCluster
@@ -100,10 +102,16 @@ def _faults(c: Campaign) -> Part:
 
 
 def _time_limit(c: Campaign) -> Part:
-    return c.lit_amp("time_limit", "-m", "hydra/launcher=slurm", *DDP, *TRAIN,
-                     "callbacks=fault_tolerant", "+callbacks.probe.sleep_s=6",
+    part = c.lit_amp("time_limit", "-m", "hydra/launcher=slurm", *DDP, *TRAIN,
+                     "callbacks=fault_tolerant", "+callbacks.probe.sleep_s=9",
                      "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=0",
                      "tags=[time_limit]")
+    # its first start must be training when the 1-minute limit kills it: the other runs start
+    # only once it is (on a slow 2-core machine their start-ups, alongside its own, once kept
+    # it importing for the whole minute); its 12 steps of 9 s outlast the limit however late
+    # slurmctld enforces it (it once let a 74 s start of 6 s steps finish)
+    wait_for_training(part, part.dir / "sweep" / "0")
+    return part
 
 
 def _optuna_slurm(c: Campaign) -> Part:
