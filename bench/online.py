@@ -761,9 +761,8 @@ def bare_batches(stream: tuple, batch: int, n: int, start: int = 0) -> list:
 class FreshBatches:
     """Batches of ``stream`` for the bare step that no window has trained on: each
     :meth:`take` continues where the last ended (from batch ``start``, far past any the online
-    loop reaches), as the online loop trains each batch once. The bare step's default cycles
-    over a fixed 100 instead; bench/bare_batches.py measured no difference between the two
-    (docs/benchmarks.md)."""
+    loop reaches), as the online loop trains each batch once. The bare step cycles over a
+    fixed 100 instead; bench/bare_batches.py compares the two (docs/benchmarks.md)."""
 
     def __init__(self, stream: tuple, batch: int, start: int = 10**7) -> None:
         self.stream, self.batch, self.next = stream, batch, start

@@ -7,9 +7,8 @@ of the 0.9 x target. Here the two alternate in one process, so the drift hits bo
 takes, background checkpoints with row increments, delta publishes: online.py's throughput
 phase), then ``--bare-window`` seconds of the bare step on a second copy of the model (its
 own table and moments, no hooks), and again. The bare step cycles over 100 batches of the
-stream made at the start; ``--bare-data fresh`` gives it batches never trained before, as the
-online loop's are (made before each bare window): bench/bare_batches.py measured no
-difference between the two. The bare window runs inside a callback, so the
+stream made at the start (bench/bare_batches.py measured no difference from batches never
+trained before, as the online loop's are). The bare window runs inside a callback, so the
 loop waits; the producer is paused, and every lit_amp background task in flight (checkpoint
 write, delta publish, file deletion) is waited for first, that wait counted as online time:
 no background cost moves to the bare side. Checkpoints are due every ``--ckpt-every`` seconds
@@ -97,9 +96,8 @@ class Alternator(Callback):
     """After every ``online_window`` s of the loop: wait for the background tasks, pause the
     producer, run the bare step for ``bare_window`` s on ``bare`` (net, optimizer), resume."""
 
-    def __init__(self, o: dict, bare: tuple, batches: Any, pause: Any,
+    def __init__(self, o: dict, bare: tuple, batches: list, pause: Any,
                  tasks: BackgroundTasks) -> None:
-        # batches: a list cycled over in every bare window, or an online.FreshBatches
         self.o, self.bare_model, self.batches = o, bare, batches
         self.pause, self.tasks = pause, tasks
         self.online: list[dict] = []
@@ -131,21 +129,13 @@ class Alternator(Callback):
                             "loop_run_queue_share": rq / (now - self.t0)})
         self.pause.set()
         try:
-            batches = self.batches
-            if isinstance(batches, online.FreshBatches):  # made here, outside both windows
-                rate = (self.bare[-1]["records"] / self.bare[-1]["seconds"] if self.bare
-                        else self.online[-1]["records"] / self.online[-1]["seconds"])
-                batches = batches.take(int(1.3 * rate * self.o["bare_window"] / self.o["batch"])
-                                       + 10)
             cpu0, mine0 = time.process_time(), time.thread_time()
             net, opt = self.bare_model
             r = online.run_baseline(self.o["bare_window"], self.o["batch"], net, opt,
-                                    batches=batches)
+                                    batches=self.batches)
             others = (time.process_time() - cpu0) - (time.thread_time() - mine0)
             self.bare.append({"seconds": r["seconds"],
                               "records": round(r["records_per_s"] * r["seconds"]),
-                              # steps over batches: > 1 where some were trained again
-                              "steps": r["steps"], "batches": len(batches),
                               "loop_cpu_share": (time.thread_time() - mine0) / r["seconds"],
                               # CPU of this process's other threads meanwhile: ~0 when the
                               # bare window had the trainer's core to itself
@@ -208,8 +198,6 @@ def run(o: dict) -> dict:
     bnet, bopt, bare_huge = built(o, stream)
     batches = online.bare_batches(stream, o["batch"], 100)
     online.run_baseline(5.0, o["batch"], bnet, bopt, batches=batches)  # warm-up, not counted
-    if o["bare_data"] == "fresh":
-        batches = online.FreshBatches(stream, o["batch"])
     model = RecModel(net, nn.BCEWithLogitsLoss(), opt)
     pause = online.mp.get_context("spawn").Event()
     cycle = o["online_window"] + o["bare_window"]
@@ -268,9 +256,6 @@ def main() -> None:
     ap.add_argument("--producer-nice", type=int, default=0,
                     help="niceness of the producer process (it stands for a system elsewhere: "
                          "19 lets it run only on a core the trainer leaves free)")
-    ap.add_argument("--bare-data", choices=("recycled", "fresh"), default="recycled",
-                    help="the bare windows' batches: the same 100 in every window (default), "
-                         "or batches never trained before, as the online loop's")
     ap.add_argument("--out", default="online_paired")
     o = vars(ap.parse_args())
     r = run(o)

@@ -40,4 +40,3 @@ def resident_pages(path: Path) -> tuple[int, int]:
     finally:
         os.close(fd)
     return sum(v & 1 for v in vec), pages
-
