@@ -199,8 +199,8 @@ class StreamSource(IterableDataset):
     - **End of a pass.** Iteration ends by returning (never by raising) and sets
       :attr:`end_reason`; a pass after the data ended yields nothing and ends the same way.
     - **Idle timeout.** A source that waits for data ends a pass with ``"idle_timeout"``
-      after :attr:`max_idle_s` seconds spent waiting (the time the consumer holds a yielded
-      batch never counts); while it waits it calls the :meth:`bind_idle` hook at least every
+      after :attr:`max_idle_s` seconds spent waiting (neither the time the consumer holds a
+      yielded batch nor the source's own parsing counts); while it waits it calls the :meth:`bind_idle` hook at least every
       poll interval, and a true result ends the pass with ``"stopped"``.
     - **Bad rows.** A record that is not valid is never yielded and never raised: it goes to
       :attr:`dead_letter` with its position and reason and is counted in :attr:`malformed`.

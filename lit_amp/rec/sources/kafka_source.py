@@ -81,8 +81,9 @@ class KafkaSource(StreamSource):
     ``auto_offset_reset`` says. Malformed values — a tombstone (value ``None``) included — go
     to the dead-letter file (or the log) with ``{"topic", "partition", "offset"}``.
 
-    A topic has no end: the stream ends after ``max_idle_s`` spent *waiting* for records (time
-    the consumer spends training on a batch does not count), ``end_reason`` ``"idle_timeout"``,
+    A topic has no end: the stream ends after ``max_idle_s`` spent *waiting* for records (in
+    polls that returned none; neither parsing records nor the consumer's training on a batch
+    counts), ``end_reason`` ``"idle_timeout"``,
     or when the idle hook asks to stop (``"stopped"``).
 
     Args:
@@ -204,7 +205,7 @@ class KafkaSource(StreamSource):
                     consumer.seek(tp, offsets[key])
             rows: list[tuple] = []
             first_at = 0.0
-            last_data = time.monotonic()
+            waited = 0.0  # seconds of empty polls since the last record: the idle clock
             inbox: deque[Any] = deque()
             while True:
                 while inbox and len(rows) < self.batch_size:
@@ -228,18 +229,19 @@ class KafkaSource(StreamSource):
                     and self.linger_s is not None
                     and now - first_at >= self.linger_s
                 ):
-                    t_out = time.monotonic()
-                    yield self._emit(rows, offsets)
-                    last_data += time.monotonic() - t_out  # training time is not idle time
+                    yield self._emit(rows, offsets)  # training on it is not idle time
                     rows = []
                     continue
                 if inbox:
                     continue
-                if self.max_idle_s is not None and now - last_data >= self.max_idle_s:
+                # only waiting counts: parsing a slow poll's records never ends the pass
+                # while the broker has more
+                if self.max_idle_s is not None and waited >= self.max_idle_s:
                     self.end_reason = "idle_timeout"
                     if rows:
                         yield self._emit(rows, offsets)
                     return
+                t_poll = time.monotonic()
                 polled = consumer.poll(
                     timeout_ms=int(self.poll_timeout_s * 1000), max_records=self.batch_size
                 )
@@ -248,8 +250,10 @@ class KafkaSource(StreamSource):
                     inbox.extend(records)
                     got = got or bool(records)
                 if got:
-                    last_data = time.monotonic()
-                elif self._idle():
+                    waited = 0.0
+                    continue
+                waited += time.monotonic() - t_poll
+                if self._idle():
                     self.end_reason = "stopped"
                     return
         finally:

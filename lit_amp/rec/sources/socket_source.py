@@ -27,8 +27,8 @@ class SocketSource(StreamSource):
     a producer that keeps its log can replay from there, which gives at-least-once delivery
     across restarts; a producer that ignores the line gives at-most-once (a socket itself
     cannot replay). The stream ends when the server closes the connection, or after
-    ``max_idle_s`` spent *waiting* for data (time the consumer spends training on a batch
-    does not count); ``end_reason`` says which: ``"source_exhausted"`` (a clean close),
+    ``max_idle_s`` spent *waiting* for data (neither parsing lines nor the consumer's training
+    on a batch counts); ``end_reason`` says which: ``"source_exhausted"`` (a clean close),
     ``"connection_reset"`` / ``"connection_error"`` (the connection broke: restart to
     resume), ``"idle_timeout"`` or ``"stopped"`` (the idle hook asked to stop).
     Malformed lines go to the dead-letter file (or the log) with ``{"offset": N}``, their
@@ -145,7 +145,8 @@ class SocketSource(StreamSource):
         lines = _Lines(self.max_line_bytes)
         rows: list[tuple] = []
         first_at = 0.0
-        last_data = last_hook = time.monotonic()
+        last_hook = time.monotonic()
+        waited = 0.0  # seconds of recv timeouts since the last bytes: the idle clock
         eof = False
         while True:
             while len(rows) < self.batch_size:  # complete lines in hand -> records
@@ -172,9 +173,7 @@ class SocketSource(StreamSource):
                 rows and self.linger_s is not None and now - first_at >= self.linger_s
             )
             if flush or (eof and rows):
-                t_out = time.monotonic()
-                yield self._emit(rows, offset)
-                last_data += time.monotonic() - t_out  # training time is not idle time
+                yield self._emit(rows, offset)  # training on it is not idle time
                 last_hook = time.monotonic()
                 rows = []
                 continue
@@ -182,7 +181,9 @@ class SocketSource(StreamSource):
                 if lines.finish():  # a last line without newline
                     continue
                 return
-            if self.max_idle_s is not None and now - last_data >= self.max_idle_s:
+            # only waiting counts: parsing what arrived never ends the pass while more bytes
+            # wait in the socket
+            if self.max_idle_s is not None and waited >= self.max_idle_s:
                 self.end_reason = "idle_timeout"
                 eof = True
                 continue
@@ -191,9 +192,11 @@ class SocketSource(StreamSource):
                 if self._idle():
                     self.end_reason = "stopped"
                     return
+            t_recv = time.monotonic()
             try:
                 chunk = sock.recv(1 << 16)
             except TimeoutError:
+                waited += time.monotonic() - t_recv
                 continue
             except OSError as exc:
                 log.warning("SocketSource: connection error: %s; ending the stream.", exc)
@@ -206,7 +209,7 @@ class SocketSource(StreamSource):
                 self.end_reason = self.end_reason or "source_exhausted"
                 eof = True
                 continue
-            last_data = time.monotonic()
+            waited = 0.0
             lines.buf += chunk
 
     def _oversized(self, pos: int, head: bytes | bytearray) -> None:

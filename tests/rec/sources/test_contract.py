@@ -163,6 +163,31 @@ def test_time_spent_on_a_batch_is_not_idle_time(harness):
     assert src.end_reason == ("source_exhausted" if harness.ends else "idle_timeout")
 
 
+@_each(TAILING)
+def test_time_spent_parsing_records_is_not_idle_time(harness, monkeypatch):
+    """``max_idle_s=0.3``; parsing a record takes 0.15 s. Three records are there from the
+    start, three more land while the first three are parsed: all six are read (before:
+    KafkaSource and SocketSource counted the parsing as idle and ended the pass with the
+    later three still at the broker or in the socket, ``"idle_timeout"``)."""
+    parse = StreamSource._parse_record
+
+    def slow_parse(self, *args):
+        time.sleep(0.15)
+        return parse(self, *args)
+
+    monkeypatch.setattr(StreamSource, "_parse_record", slow_parse)
+    harness.append([valid(i) for i in range(3)])
+    timer = threading.Timer(0.1, harness.append, [[valid(i) for i in range(3, 6)]])
+    timer.start()
+    try:
+        src = harness.reader(max_idle_s=0.3)
+        batches = list(src)
+    finally:
+        timer.join()
+    assert ids_of(batches) == list(range(6))
+    assert src.end_reason == "idle_timeout"
+
+
 @_each(HARNESSES)
 def test_the_idle_hook_stops_a_waiting_pass(harness):
     """The hook is polled while the source waits; once it says stop the pass ends within a
