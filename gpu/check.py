@@ -196,7 +196,9 @@ def pytest_cmd(vpy: Path, info: dict, workers: int, limit: int) -> list[str]:
     JUnit file written) before ``limit`` seconds where pytest-timeout is there."""
     cmd = [str(vpy), "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rfEs"]
     if "xdist" in info.get("plugins", ()) and workers > 1:
-        cmd += ["-n", str(workers)]
+        # tests sharing a module-, package- or session-scoped fixture (a SLURM cluster, a
+        # wheel build) on one worker: the groups of tests/conftest.py
+        cmd += ["-n", str(workers), "--dist", "loadgroup"]
     if "pytest_timeout" in info.get("plugins", ()):
         # one hung test must not take the whole run with it
         cmd += ["--timeout", str(min(300, limit // 2)), "--session-timeout", str(limit - 20)]

@@ -37,3 +37,23 @@ def lit_amp_wheel(tmp_path_factory):
     """``(wheel path, build log)``: built once per session; tests copy or install it, never
     change it."""
     return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``): tests that share a
+    module-, package- or session-scoped fixture of the suite run on one worker, so that the
+    fixture (a SLURM cluster, a wheel build, the README's command session) is set up once, not
+    once per worker. The group is the home (conftest folder or module) of the widest such
+    fixture: every fixture of that scope there shares the worker."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        shared = [d for defs in (info.name2fixturedefs.values() if info else ())
+                  for d in defs[-1:]
+                  if d.scope in _SHARED and getattr(d.func, "__module__", "").startswith("tests")]
+        if shared:
+            widest = max(shared, key=lambda d: (_SHARED[d.scope], d.baseid))
+            item.add_marker(pytest.mark.xdist_group(f"{widest.scope}:{widest.baseid}"))
+
+
+_SHARED = {"module": 1, "package": 2, "session": 3}

@@ -304,7 +304,7 @@ def test_mnist1d_o2_o3_within_one_point_of_o0():
         torch.manual_seed(0)
         net = CNN1D()
         opt = torch.optim.Adam(net.parameters(), lr=1e-2)
-        epochs, bs = 40, 100
+        epochs, bs = 20, 100  # O0 88.2 %, O2 and O3 88.6 % (40 epochs: 90.4, 90.0, 90.0)
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2,
                                                     total_steps=epochs * len(x) // bs)
         step = build_train_network(net, opt, nn.CrossEntropyLoss(), level)
