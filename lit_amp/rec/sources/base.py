@@ -200,8 +200,9 @@ class StreamSource(IterableDataset):
       :attr:`end_reason`; a pass after the data ended yields nothing and ends the same way.
     - **Idle timeout.** A source that waits for data ends a pass with ``"idle_timeout"``
       after :attr:`max_idle_s` seconds spent waiting (neither the time the consumer holds a
-      yielded batch nor the source's own parsing counts); while it waits it calls the :meth:`bind_idle` hook at least every
-      poll interval, and a true result ends the pass with ``"stopped"``.
+      yielded batch nor the source's own parsing counts); while it waits it calls the
+      :meth:`bind_idle` hook at least every poll interval, and a true result ends the pass
+      with ``"stopped"``.
     - **Bad rows.** A record that is not valid is never yielded and never raised: it goes to
       :attr:`dead_letter` with its position and reason and is counted in :attr:`malformed`.
       Every record goes through :meth:`_parse_record` (or a schema method that agrees with
