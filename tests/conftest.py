@@ -39,13 +39,17 @@ def lit_amp_wheel(tmp_path_factory):
     return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
+#: fixture scopes wide enough to share a set-up between tests, narrowest first
+_SHARED = {"module": 1, "package": 2, "session": 3}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``): tests that share a
-    module-, package- or session-scoped fixture of the suite run on one worker, so that the
-    fixture (a SLURM cluster, a wheel build, the README's command session) is set up once, not
-    once per worker. The group is the home (conftest folder or module) of the widest such
-    fixture: every fixture of that scope there shares the worker."""
+    """Under pytest-xdist (``make gpu-check`` runs ``-n <cores> --dist loadgroup``; ``make test``
+    is serial): tests that share a module-, package- or session-scoped fixture of the suite run
+    on one worker, so that the fixture (a SLURM cluster, a wheel build, the README's command
+    session) is set up once, not once per worker. The group is the home (conftest folder or
+    module) of the widest such fixture: every fixture of that scope there shares the worker."""
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         shared = [d for defs in (info.name2fixturedefs.values() if info else ())
@@ -55,5 +59,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             widest = max(shared, key=lambda d: (_SHARED[d.scope], d.baseid))
             item.add_marker(pytest.mark.xdist_group(f"{widest.scope}:{widest.baseid}"))
 
-
-_SHARED = {"module": 1, "package": 2, "session": 3}
