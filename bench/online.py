@@ -170,6 +170,8 @@ def producer(
         while not stop.is_set():
             if pause is not None and pause.is_set():
                 time.sleep(0.002)
+                if rate > 0:  # after the pause, resume at the rate, not catch up
+                    t0 = time.monotonic() - i * batch / rate
                 continue
             if rate > 0:
                 wait = t0 + i * batch / rate - time.monotonic()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import logging
+import resource
 import statistics
 import sys
 import tempfile
@@ -50,6 +51,13 @@ from _common import write_result  # noqa: E402
 
 from lit_amp.callbacks import Callback  # noqa: E402
 from lit_amp.rec import RecModel, huge_pages  # noqa: E402
+
+
+def minor_faults() -> int:
+    """Minor page faults this thread has taken (``getrusage(RUSAGE_THREAD)``; 0 where the
+    platform has no per-thread figure): pages first touched, e.g. of a buffer just mapped."""
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    return resource.getrusage(who).ru_minflt if who is not None else 0
 
 
 def run_queue_s() -> float:
@@ -105,6 +113,7 @@ class Alternator(Callback):
         self.t0: float | None = None
         self.cpu0 = 0.0  # the loop thread's CPU time at the window's start
         self.rq0 = 0.0  # ... and its run-queue wait
+        self.flt0 = 0  # ... and its minor page faults
         self.n = self.n0 = 0
 
     def on_train_step_end(self, run_context) -> None:
@@ -112,11 +121,13 @@ class Alternator(Callback):
         now = time.monotonic()
         if self.t0 is None:
             self.t0, self.n0, self.cpu0, self.rq0 = now, self.n, time.thread_time(), run_queue_s()
+            self.flt0 = minor_faults()
             return
         if now - self.t0 < self.o["online_window"]:
             return
         cpu = time.thread_time() - self.cpu0
         rq = run_queue_s() - self.rq0
+        faults = minor_faults() - self.flt0
         waited = self.tasks.wait()
         t1 = time.monotonic()
         self.online.append({"seconds": t1 - self.t0, "records": self.n - self.n0,
@@ -126,10 +137,11 @@ class Alternator(Callback):
                             "loop_cpu_share": cpu / (now - self.t0),
                             # of the rest: waiting for a CPU (runnable, another thread on
                             # it); what remains is sleeping (the GIL, a file, a lock)
-                            "loop_run_queue_share": rq / (now - self.t0)})
+                            "loop_run_queue_share": rq / (now - self.t0),
+                            "loop_minor_faults": faults})
         self.pause.set()
         try:
-            cpu0, mine0 = time.process_time(), time.thread_time()
+            cpu0, mine0, flt0 = time.process_time(), time.thread_time(), minor_faults()
             net, opt = self.bare_model
             r = online.run_baseline(self.o["bare_window"], self.o["batch"], net, opt,
                                     batches=self.batches)
@@ -137,13 +149,14 @@ class Alternator(Callback):
             self.bare.append({"seconds": r["seconds"],
                               "records": round(r["records_per_s"] * r["seconds"]),
                               "loop_cpu_share": (time.thread_time() - mine0) / r["seconds"],
+                              "loop_minor_faults": minor_faults() - flt0,
                               # CPU of this process's other threads meanwhile: ~0 when the
                               # bare window had the trainer's core to itself
                               "other_threads_cpu_s": others})
         finally:
             self.pause.clear()
         self.t0, self.n0, self.cpu0 = time.monotonic(), self.n, time.thread_time()
-        self.rq0 = run_queue_s()
+        self.rq0, self.flt0 = run_queue_s(), minor_faults()
 
 
 def _rate(windows: list[dict]) -> float:
@@ -233,6 +246,11 @@ def run(o: dict) -> dict:
         if counted else None,
         "loop_run_queue_share_median": statistics.median(w["loop_run_queue_share"]
                                                          for w in counted) if counted else None,
+        # the loop thread's minor page faults per 1,000 records: online and bare windows
+        "loop_faults_per_1000_records": {
+            k: 1000 * sum(w.get("loop_minor_faults", 0) for w in ws) /
+            max(1, sum(w["records"] for w in ws)) for k, ws in (("online", counted),
+                                                                ("bare", bare))},
         "online_windows": on, "bare_windows": bare,
         "checkpoint": online._checkpoint_summary([thr]),
         "publish": online._publish_summary(thr, o["publish_every"]),
@@ -264,7 +282,8 @@ def main() -> None:
           f"ratio {r['ratio']:.3f} (90 % interval {r['ratio_interval_90']}), per-cycle median "
           f"{r['ratio_per_cycle_median']:.3f} over {len(r['ratio_per_cycle'])} cycles; loop "
           f"thread on a CPU {r['loop_cpu_share_median']:.3f}, waiting for one "
-          f"{r['loop_run_queue_share_median']:.3f}; huge pages {r['huge_page_fraction']}")
+          f"{r['loop_run_queue_share_median']:.3f}; huge pages {r['huge_page_fraction']}; "
+          f"loop thread's page faults per 1,000 records {r['loop_faults_per_1000_records']}")
     print("written:", path)
 
 
