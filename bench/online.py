@@ -732,8 +732,6 @@ def _checkpoint_summary(phases: list[dict]) -> dict:
         "increment_bytes_median": _median([f["bytes"] for f in bg if _is_increment(f)]),
         "increment_write_s_median": _median([f["write_s"] for f in bg if _is_increment(f)]),
         "whole_write_s_median": _median([f["write_s"] for f in bg if not _is_increment(f)]),
-        # of the write, the seconds its writer slept to keep to its share of a core
-        "paced_s_median": _median([f.get("paced_s", 0.0) for f in bg]),
         "cow_rows_median": _median([f["cow_rows"] for f in bg]),
         "cow_bytes_max": max((f["cow_bytes"] for f in bg), default=None),
         # a checkpoint written by the loop (the final one): what every checkpoint stalled before

@@ -49,7 +49,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import online  # noqa: E402  (bench/online.py: the scale model, the phases, the bare step)
 from _common import write_result  # noqa: E402
 
-from lit_amp._io import Pacer  # noqa: E402
 from lit_amp.callbacks import Callback  # noqa: E402
 from lit_amp.rec import RecModel, huge_pages  # noqa: E402
 
@@ -73,19 +72,9 @@ def run_queue_s() -> float:
 
 class BackgroundTasks:
     """Every task submitted to a lit_amp thread pool (``lit_amp-*`` threads) while inside;
-    :meth:`wait` waits for those not done, ending the pacing of a paced checkpoint write first
-    (``Pacer.hurry``, as the loop does whenever it waits for one)."""
+    :meth:`wait` waits for those not done."""
 
     def __enter__(self) -> BackgroundTasks:
-        self.pacers: list[Pacer] = []
-        self._init = init = Pacer.__init__
-        pacers = self.pacers
-
-        def recorded(pacer: Pacer, *args: Any, **kwargs: Any) -> None:
-            init(pacer, *args, **kwargs)
-            pacers.append(pacer)
-
-        Pacer.__init__ = recorded
         self.futures: list[concurrent.futures.Future] = []
         pool = concurrent.futures.ThreadPoolExecutor
         self._real = real = pool.submit
@@ -103,16 +92,12 @@ class BackgroundTasks:
     def wait(self) -> float:
         """Wait for every task in flight; the seconds waited."""
         t0 = time.monotonic()
-        for pacer in self.pacers:
-            pacer.hurry()
-        self.pacers.clear()
         concurrent.futures.wait(self.futures)
         self.futures.clear()
         return time.monotonic() - t0
 
     def __exit__(self, *exc: object) -> None:
         concurrent.futures.ThreadPoolExecutor.submit = self._real
-        Pacer.__init__ = self._init
 
 
 class Alternator(Callback):

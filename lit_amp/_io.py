@@ -17,8 +17,6 @@ import errno
 import os
 import shutil
 import tempfile
-import threading
-import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -27,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no lock, the pattern alone decides
     fcntl = None
 
-__all__ = ["TMP_PREFIX", "Pacer", "atomic_write", "remove_stale_temps", "temp_target"]
+__all__ = ["TMP_PREFIX", "atomic_write", "remove_stale_temps", "temp_target"]
 
 #: prefix of every temp file lit_amp writes; :func:`remove_stale_temps` removes only these
 TMP_PREFIX = ".tmp-lit_amp-"
@@ -35,61 +33,6 @@ TMP_PREFIX = ".tmp-lit_amp-"
 _TMP_NAME_KEEP = 200
 
 _NO_SPACE_HINTS = ("unexpected pos", "No space left", "file write failed")
-
-
-class Pacer:
-    """Paces a background write so that it takes at most ``share`` of one core: after each
-    chunk it sleeps ``(1 - share) / share`` times as long as the chunk took, but never so long
-    that the write, at the pace measured so far, would end after ``deadline`` (a
-    ``time.monotonic()`` time; None: no bound).
-
-    A writer thread working flat out on a 2-core machine takes a core the training loop then
-    waits for (docs/benchmarks.md); paced, it leaves the loop's core alone and still ends by
-    ``deadline``. Call :meth:`start` with the bytes to write, then :meth:`wrote` after each
-    chunk; :meth:`hurry` (from another thread, e.g. one about to wait for the write) ends the
-    pacing at once.
-
-    Example:
-        >>> p = Pacer(1.0)  # share 1: never sleeps
-        >>> p.start(8); p.wrote(8)
-        0.0
-    """
-
-    def __init__(self, share: float, deadline: float | None = None) -> None:
-        self.share, self.deadline = share, deadline
-        self.total = self.done = 0
-        self.busy_s = self.slept_s = 0.0
-        self._mark = time.monotonic()
-        self._hurry = threading.Event()
-
-    def start(self, total: int) -> None:
-        """The write of ``total`` bytes begins now."""
-        self.total, self.done, self._mark = total, 0, time.monotonic()
-
-    def wrote(self, nbytes: int) -> float:
-        """``nbytes`` more are written: sleep as the share allows; the seconds slept."""
-        now = time.monotonic()
-        busy = now - self._mark
-        self.busy_s += busy
-        self.done += nbytes
-        pause = busy * (1.0 - self.share) / self.share if self.share < 1.0 else 0.0
-        if pause > 0.0 and self.deadline is not None:
-            left = max(0, self.total - self.done)
-            rest = self.busy_s / self.done * left if self.done else 0.0  # at this pace
-            pause = min(pause, self.deadline - now - rest)
-        if pause > 0.0 and not self._hurry.is_set():
-            self._hurry.wait(pause)
-            pause = time.monotonic() - now
-            self.slept_s += pause
-        else:
-            pause = 0.0
-        self._mark = time.monotonic()
-        return pause
-
-    def hurry(self) -> None:
-        """No more pauses: the rest is written as fast as it can be (a sleep now ends)."""
-        self.share = 1.0
-        self._hurry.set()
 
 
 def _fsync_dir(directory: str) -> None:

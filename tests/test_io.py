@@ -122,22 +122,3 @@ def test_a_checkpoint_written_with_drop_cache_leaves_the_page_cache(tmp_path):
         {"w": torch.randn(1 << 20)}, None), tmp_path / "net"))
     resident, pages = resident_pages(ckpt)
     assert resident < pages // 20, (resident, pages)
-
-
-def test_a_pacer_sleeps_for_its_share_and_not_past_its_deadline():
-    import time
-
-    from lit_amp._io import Pacer
-
-    pace = Pacer(0.25)
-    pace.start(100)
-    time.sleep(0.02)
-    assert pace.wrote(10) >= 3 * 0.02  # busy 0.02 s at a share of 1/4: three times as long
-    late = Pacer(0.25, deadline=time.monotonic() + 0.01)
-    late.start(100)
-    time.sleep(0.02)
-    assert late.wrote(10) == 0.0 and late.slept_s == 0.0  # the rest would end past it
-    full = Pacer(1.0)
-    full.start(10)
-    time.sleep(0.01)
-    assert full.wrote(10) == 0.0

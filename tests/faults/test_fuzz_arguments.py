@@ -93,8 +93,7 @@ SPECS: list[tuple[str, Callable[..., Any], dict, dict[str, list]]] = [
         "peer_timeout": [None, "5", -1.0, 0, NAN]}),
     ("CheckpointOptions", lit_amp.CheckpointOptions, {"ckpt_dir": "ck"}, {
         "ckpt_dir": [None, 3], "ckpt_every_n_steps": INT_POS_OPT,
-        "ckpt_every_n_seconds": SECONDS, "keep_checkpoint_max": INT_POS, "resume": BOOL,
-        "write_share": [None, "0.5", True, 0, -0.5, 1.5, NAN]}),
+        "ckpt_every_n_seconds": SECONDS, "keep_checkpoint_max": INT_POS, "resume": BOOL}),
     ("PublishOptions", lit_amp.PublishOptions, {"publish_dir": "pub"}, {
         "publish_dir": [None, 3], "publish_every_n_steps": INT_POS_OPT,
         "publish_every_n_seconds": SECONDS, "keep_published_max": INT_POS,

@@ -31,7 +31,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from lit_amp._io import Pacer, remove_stale_temps
+from lit_amp._io import remove_stale_temps
 from lit_amp.rec._stream import OnlineStream
 from lit_amp.rec.online.guard import refuse_nonfinite
 from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary
@@ -102,8 +102,6 @@ class CursorCheckpoints:
         self._prev_file: str | None = None
         self._chain = 0
         self._error: BaseException | None = None  # rank 0: why the last write failed
-        self._last_write_start: float | None = None  # rank 0: when the last one was handed over
-        self._pace: Pacer | None = None  # rank 0: the pacing of the write in flight
 
     @property
     def directory(self) -> str:
@@ -193,25 +191,12 @@ class CursorCheckpoints:
             # at the ordinary priority: a lower one makes the loop wait for the GIL while the
             # writer, holding it, waits for a CPU (measured: 0.1-0.5 s stalls at nice +10)
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="lit_amp-online-ckpt")
-        self._pace = self._pacer()
-        write = self._pool.submit(self._write, snap, path, self._pace)
+        write = self._pool.submit(self._write, snap, path)
         self._inflight = (write, snap, step, time.monotonic() - t0, waited)
 
-    def _pacer(self) -> Pacer | None:
-        """How the background write due now is paced (``write_share``): to end within half
-        the checkpoint interval, or not at all where no interval is known yet."""
-        share = self.opts.write_share
-        every = self.opts.ckpt_every_n_seconds
-        if every is None and self._last_write_start is not None:
-            every = time.monotonic() - self._last_write_start
-        self._last_write_start = time.monotonic()
-        if share >= 1.0 or every is None:
-            return None
-        return Pacer(share, deadline=time.monotonic() + 0.5 * every)
-
-    def _write(self, snap: Snapshot, path: str, pace: Pacer | None = None) -> SnapshotStats:
+    def _write(self, snap: Snapshot, path: str) -> SnapshotStats:
         """The background thread: write ``snap`` to ``path``, then prune old checkpoints."""
-        stats = snap.write(path, pace=pace)
+        stats = snap.write(path)
         prune_checkpoints(self.directory, self.opts.keep_checkpoint_max)
         return stats
 
@@ -230,8 +215,6 @@ class CursorCheckpoints:
         self._inflight = None
         t0 = time.monotonic()
         busy = not write.done()
-        if busy and self._pace is not None:
-            self._pace.hurry()  # the loop waits for it now: no more pauses
         self.waits += int(due and busy)
         try:
             stats = write.result()

@@ -161,18 +161,10 @@ class CheckpointOptions:
             ``keep_checkpoint_max`` keeps the chains its newest checkpoints need. The first
             checkpoint of a run, the final one and the one after a failed or abandoned write
             are whole. 1 (the default): every checkpoint is whole.
-        write_share: the share of one core a background write may take: its writer sleeps
-            between 16 MB chunks, so that it leaves the training loop's core alone on a small
-            machine, but ends within half the checkpoint interval (``ckpt_every_n_seconds``,
-            or the time since the previous checkpoint; the first checkpoint of a run with
-            only a step cadence is not paced). 1.0: as fast as the disk takes it. A slower
-            write changes no guarantee: until it is durable the previous checkpoint is the
-            one a restart resumes from.
 
     Raises:
         TypeError: a field of the wrong type.
-        ValueError: a cadence or ``keep_checkpoint_max`` not > 0 (or NaN); ``write_share``
-            not in (0, 1].
+        ValueError: a cadence or ``keep_checkpoint_max`` not > 0 (or NaN).
 
     Example:
         >>> CheckpointOptions("ckpt", ckpt_every_n_steps=500).keep_checkpoint_max
@@ -186,7 +178,6 @@ class CheckpointOptions:
     resume: bool = True
     background: bool = True
     full_every_n_checkpoints: int = 1
-    write_share: float = 0.5
 
     def __post_init__(self) -> None:
         owner = "CheckpointOptions"
@@ -198,8 +189,6 @@ class CheckpointOptions:
         check_bool(owner, "resume", self.resume)
         check_bool(owner, "background", self.background)
         check_positive_int(owner, "full_every_n_checkpoints", self.full_every_n_checkpoints)
-        _set(self, "write_share", check_number(owner, "write_share", self.write_share,
-                                               minimum=0.0, maximum=1.0, strict=True))
 
 
 @dataclasses.dataclass(frozen=True)

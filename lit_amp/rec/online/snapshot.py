@@ -53,7 +53,7 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from lit_amp._io import Pacer, atomic_write
+from lit_amp._io import atomic_write
 from lit_amp._pages import zeroed
 from lit_amp._sparse import coalesced
 from lit_amp.rec.online.guard import all_finite
@@ -91,8 +91,6 @@ class SnapshotStats:
         cow_rows: rows copied aside because a step changed them during the write.
         cow_bytes: the bytes of those rows (over the parameter and its optimizer state).
         protected: the parameters written without a copy (copy-on-write).
-        paced_s: of ``write_s``, the seconds the writer slept to keep to its share of a core
-            (:class:`lit_amp._io.Pacer`).
     """
 
     path: str = ""
@@ -101,7 +99,6 @@ class SnapshotStats:
     cow_rows: int = 0
     cow_bytes: int = 0
     protected: int = 0
-    paced_s: float = 0.0
 
 
 def _whole(t: torch.Tensor) -> bool:
@@ -270,19 +267,15 @@ class _StorageStream:
 
 
 class _Tap:
-    """A file whose writes are also shown to ``tap(key, chunk)`` (when given) and paced by
-    ``pace`` (when given: it may sleep after each chunk)."""
+    """A file whose writes are also shown to ``tap(key, chunk)`` (when given)."""
 
-    def __init__(self, f: IO[bytes], key: int, tap: Any, pace: Pacer | None = None) -> None:
-        self.f, self.key, self.tap, self.pace = f, key, tap, pace
+    def __init__(self, f: IO[bytes], key: int, tap: Any) -> None:
+        self.f, self.key, self.tap = f, key, tap
 
     def write(self, b: memoryview) -> int:
         if self.tap is not None:
             self.tap(self.key, b)
-        n = self.f.write(b)
-        if self.pace is not None:
-            self.pace.wrote(len(b))
-        return n
+        return self.f.write(b)
 
 
 def _as_bytes(t: torch.Tensor) -> memoryview:
@@ -455,14 +448,12 @@ class Snapshot:
 
     # ------------------------------------------------------------------ writing
     def write(self, path: str | os.PathLike, *,
-              tap: Callable[[int, memoryview], Any] | None = None,
-              pace: Pacer | None = None) -> SnapshotStats:
+              tap: Callable[[int, memoryview], Any] | None = None) -> SnapshotStats:
         """Write the snapshot to ``path`` atomically (a temp file renamed into place).
 
         ``tap(storage, chunk)``, if given, sees every chunk of tensor bytes as it is written,
         in file order (``storage``: the ``_cdata`` of the frozen tensor's storage): a reader of
-        the file's bytes without a second pass, e.g. for a checksum. ``pace``, if given, may
-        sleep after each chunk (:class:`lit_amp._io.Pacer`; the lock is not held then).
+        the file's bytes without a second pass, e.g. for a checksum.
 
         Returns:
             :attr:`stats`.
@@ -479,10 +470,8 @@ class Snapshot:
                 if group.index is not None and group.member is not None:
                     np.copyto(group.index.numpy(), np.flatnonzero(group.member.numpy()),
                               casting="unsafe")
-            writers = [(s.nbytes(), self._writer(s, tap, pace))
-                       for s in _storage_order(self.payload) if s.nbytes()]
-            if pace is not None:
-                pace.start(sum(n for n, _ in writers))
+            writers = [(s.nbytes(), self._writer(s, tap)) for s in _storage_order(self.payload)
+                       if s.nbytes()]
 
             def fill(f: IO[bytes]) -> None:
                 stream = _StorageStream(f, writers)
@@ -503,18 +492,16 @@ class Snapshot:
         self.stats.path = os.fspath(path)
         self.stats.bytes = os.path.getsize(path)
         self.stats.write_s = time.monotonic() - t0
-        self.stats.paced_s = pace.slept_s if pace is not None else 0.0
         return self.stats
 
-    def _writer(self, storage: torch.UntypedStorage, tap: Any = None,
-                pace: Pacer | None = None) -> Any:
+    def _writer(self, storage: torch.UntypedStorage, tap: Any = None) -> Any:
         key = storage._cdata
         weights = self._weights.get(key, [])
         if key in self._partial or key in self._protected:
             group, i = self._partial.get(key) or self._protected[key]
             name = weights[0][0] if weights else None
-            return lambda f: self._write_rows(_Tap(f, key, tap, pace), group, i, name)
-        return lambda f: self._write_owned(_Tap(f, key, tap, pace), storage, weights)
+            return lambda f: self._write_rows(_Tap(f, key, tap), group, i, name)
+        return lambda f: self._write_owned(_Tap(f, key, tap), storage, weights)
 
     def _write_owned(self, f: IO[bytes], storage: torch.UntypedStorage,
                      weights: list[tuple[str, torch.Tensor]]) -> None:

@@ -143,40 +143,6 @@ def test_the_file_holds_the_state_at_take_while_steps_change_rows(tmp_path, smal
     snaps.remove()
 
 
-def test_a_paced_write_sleeps_between_chunks_and_holds_the_state_at_take(tmp_path,
-                                                                        small_chunks):
-    """With a Pacer the writer sleeps after its chunks (the loop trains meanwhile) and the file
-    is still the state at take; a deadline already past stops the sleeping."""
-    from lit_amp._io import Pacer
-
-    net = Net()
-    opt = LazyAdam(net.parameters(), lr=0.1)
-    _step(net, opt, [1, 5, 2900])
-    snaps = Snapshots([opt], min_protected_bytes=10_000)
-    for pace, slept in ((Pacer(0.2), True), (Pacer(0.2, deadline=0.0), False)):
-        expected = _clone(_state(net, opt))
-        snap = snaps.take(_state(net, opt))
-        stepping = threading.Event()
-
-        def train(stepping=stepping):
-            while not stepping.is_set():
-                _step(net, opt, [1, 2999, 1500])
-
-        trainer = threading.Thread(target=train)
-        trainer.start()
-        try:
-            stats = snap.write(tmp_path / f"{slept}.ckpt", pace=pace)
-        finally:
-            stepping.set()
-            trainer.join(30)
-        _assert_same(expected, torch.load(tmp_path / f"{slept}.ckpt", weights_only=True))
-        assert (stats.paced_s > 0) == slept and stats.paced_s == pace.slept_s
-        assert stats.write_s >= stats.paced_s
-        if slept:  # a share of 0.2: 4 s asleep per busy second (the deadline is far)
-            assert pace.slept_s >= 3.9 * pace.busy_s * 0.99 - 0.01
-    snaps.remove()
-
-
 def test_a_dense_gradient_copies_the_rows_not_yet_written(tmp_path, small_chunks):
     net = Net(sparse=False)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
