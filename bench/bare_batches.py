@@ -15,31 +15,20 @@ per-round ratio fresh / recycled and its median; writes ``bench/results/bare_bat
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import online  # noqa: E402
 from _common import write_result  # noqa: E402
-from online_paired import built  # noqa: E402
+from online_paired import alternation_options, bare_model  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vocab", type=int, default=1_000_000, help="rows per feature")
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--window", type=float, default=10.0, help="seconds per window")
-    ap.add_argument("--batch", type=int, default=online.SCALE_BATCH)
-    ap.add_argument("--new-frac", type=float, default=0.02)
-    o = vars(ap.parse_args())
-    torch.set_num_threads(1)
-    stream = ("criteo", o["new_frac"])
-    net, opt, huge = built({**o, "optimizer": "lazyadam"}, stream)
+    o = alternation_options(__doc__, rounds=15)
+    net, opt, huge, stream = bare_model(o)
     recycled = online.bare_batches(stream, o["batch"], 100)
     fresh = online.FreshBatches(stream, o["batch"])
     online.run_baseline(5.0, o["batch"], net, opt, batches=recycled)  # warm-up

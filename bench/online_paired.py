@@ -202,6 +202,26 @@ def built(o: dict, stream: tuple) -> tuple:
     return net, opt, (backed / total if total else None)
 
 
+def alternation_options(doc: str, rounds: int) -> dict:
+    """The options of a benchmark alternating two settings of the bare step on one model
+    (bench/bare_batches.py, bench/cotenant.py)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--vocab", type=int, default=1_000_000, help="rows per feature")
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--window", type=float, default=10.0, help="seconds per window")
+    ap.add_argument("--batch", type=int, default=online.SCALE_BATCH)
+    ap.add_argument("--new-frac", type=float, default=0.02)
+    return vars(ap.parse_args())
+
+
+def bare_model(o: dict) -> tuple[nn.Module, torch.optim.Optimizer, float | None, tuple]:
+    """One thread, and one scale model (LazyAdam, on huge pages: :func:`built`) for
+    :func:`alternation_options`' ``o``: ``(net, optimizer, huge-page fraction, stream)``."""
+    torch.set_num_threads(1)
+    stream = ("criteo", o["new_frac"])
+    return (*built({**o, "optimizer": "lazyadam"}, stream), stream)
+
+
 def run(o: dict) -> dict:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
