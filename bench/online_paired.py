@@ -9,16 +9,21 @@ phase), then ``--bare-window`` seconds of the bare step on a second copy of the 
 own table and moments, no hooks), and again. The bare step cycles over 100 batches of the
 stream made at the start (bench/bare_batches.py measured no difference from batches never
 trained before, as the online loop's are). The bare window runs inside a callback, so the
-loop waits; the producer is paused, and every lit_amp background task in flight (checkpoint
-write, delta publish, file deletion) is waited for first, that wait counted as online time:
-no background cost moves to the bare side. Checkpoints are due every ``--ckpt-every`` seconds
+loop waits; the producer is paused, the lit_amp background tasks in flight that are short
+(delta publish, file deletion) are waited for first, that wait counted as online time, and a
+checkpoint or full-publish write in flight is held between two chunks (its snapshot's lock
+taken) until the online window after: its cost lands where the loop runs beside it, as in a
+run that never pauses. (What such a write has handed the kernel before the hold, the kernel
+may still write back during the bare window; ``--wait-writes`` waits for the writes instead,
+which charges their rest to the online side at the full rate: runs 1-16.) Checkpoints are due every ``--ckpt-every`` seconds
 of online time. Both copies' table and moments are collapsed onto huge pages (a copy on
 fewer would be slower); the backed fraction of each is reported.
 
 The result: the online total (records over online seconds, the first window left out as the
 warm-up) over the bare total, the ratio per cycle (an online window over the mean of the bare
 windows either side), and a bootstrap 90 % interval over cycles; per window, the loop thread's
-share of time on a CPU and waiting on a run queue for one (``/proc`` schedstat). Writes
+share of time on a CPU and waiting on a run queue for one (``/proc`` schedstat), the cores
+each thread of the process used and the machine's busy cores. Writes
 ``bench/results/online_paired.json``.
 
     .venv/bin/python bench/online_paired.py                      # 26 M rows, 20 minutes
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import logging
+import os
 import resource
 import statistics
 import sys
@@ -51,6 +57,7 @@ from _common import write_result  # noqa: E402
 
 from lit_amp.callbacks import Callback  # noqa: E402
 from lit_amp.rec import RecModel, huge_pages  # noqa: E402
+from lit_amp.rec.online.snapshot import Snapshot  # noqa: E402
 
 
 def minor_faults() -> int:
@@ -70,12 +77,55 @@ def run_queue_s() -> float:
         return 0.0
 
 
+def threads_cpu_s() -> dict[str, float]:
+    """Seconds on a CPU of this process's threads, summed by Python thread name (a pool's
+    ``_<n>`` suffix dropped; threads Python does not know by their kernel name), from
+    ``/proc`` schedstat; empty where the kernel does not report it."""
+    names = {t.native_id: t.name.rsplit("_", 1)[0] if t.name.startswith("lit_amp") else t.name
+             for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            name = names.get(int(tid))
+            if name is None:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    name = "native:" + f.read().strip()
+        except (OSError, IndexError, ValueError):
+            continue
+        out[name] = out.get(name, 0.0) + ns / 1e9
+    return out
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (every CPU's non-idle, non-iowait ticks
+    in ``/proc/stat``); 0.0 where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    busy = sum(v[:8]) - v[3] - v[4]  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_thread(before: dict[str, float], after: dict[str, float], seconds: float) -> dict:
+    """Cores used per thread name between two :func:`threads_cpu_s` readings (above 0.01)."""
+    used = {k: (v - before.get(k, 0.0)) / seconds for k, v in after.items()}
+    return {k: round(v, 3) for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0.01}
+
+
 class BackgroundTasks:
     """Every task submitted to a lit_amp thread pool (``lit_amp-*`` threads) while inside;
-    :meth:`wait` waits for those not done."""
+    :meth:`wait` waits for those not done, :meth:`hold` for those that write no snapshot."""
 
     def __enter__(self) -> BackgroundTasks:
-        self.futures: list[concurrent.futures.Future] = []
+        self.futures: list[tuple[concurrent.futures.Future, list]] = []  # (task, its snapshots)
         pool = concurrent.futures.ThreadPoolExecutor
         self._real = real = pool.submit
         futures = self.futures
@@ -83,7 +133,7 @@ class BackgroundTasks:
         def submit(ex: Any, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
             future = real(ex, *args, **kwargs)
             if ex._thread_name_prefix.startswith("lit_amp"):
-                futures.append(future)
+                futures.append((future, [a for a in args if isinstance(a, Snapshot)]))
             return future
 
         pool.submit = submit
@@ -92,9 +142,28 @@ class BackgroundTasks:
     def wait(self) -> float:
         """Wait for every task in flight; the seconds waited."""
         t0 = time.monotonic()
-        concurrent.futures.wait(self.futures)
+        concurrent.futures.wait([f for f, _ in self.futures])
         self.futures.clear()
         return time.monotonic() - t0
+
+    def hold(self) -> tuple[float, list[threading.Lock]]:
+        """Wait for the tasks in flight that write no snapshot (delta publishes, deletions)
+        and stop the snapshot writes in flight at their next chunk: take the lock they take
+        per chunk (:class:`~lit_amp.rec.online.snapshot.Snapshot`'s, which the training
+        steps take too). Returns the seconds waited and the locks taken, for :meth:`resume`."""
+        t0 = time.monotonic()
+        writes = [(f, snaps) for f, snaps in self.futures if snaps and not f.done()]
+        concurrent.futures.wait([f for f, snaps in self.futures if not snaps])
+        self.futures[:] = writes
+        locks = list({id(s._lock): s._lock for _, snaps in writes for s in snaps}.values())
+        for lock in locks:
+            lock.acquire()
+        return time.monotonic() - t0, locks
+
+    @staticmethod
+    def resume(locks: list[threading.Lock]) -> None:
+        for lock in locks:
+            lock.release()
 
     def __exit__(self, *exc: object) -> None:
         concurrent.futures.ThreadPoolExecutor.submit = self._real
@@ -114,6 +183,8 @@ class Alternator(Callback):
         self.cpu0 = 0.0  # the loop thread's CPU time at the window's start
         self.rq0 = 0.0  # ... and its run-queue wait
         self.flt0 = 0  # ... and its minor page faults
+        self.threads0: dict[str, float] = {}  # every thread's CPU time (threads_cpu_s)
+        self.busy0 = 0.0  # the machine's busy CPU seconds
         self.n = self.n0 = 0
 
     def on_train_step_end(self, run_context) -> None:
@@ -121,24 +192,33 @@ class Alternator(Callback):
         now = time.monotonic()
         if self.t0 is None:
             self.t0, self.n0, self.cpu0, self.rq0 = now, self.n, time.thread_time(), run_queue_s()
-            self.flt0 = minor_faults()
+            self.flt0, self.threads0, self.busy0 = minor_faults(), threads_cpu_s(), machine_busy_s()
             return
         if now - self.t0 < self.o["online_window"]:
             return
         cpu = time.thread_time() - self.cpu0
         rq = run_queue_s() - self.rq0
         faults = minor_faults() - self.flt0
-        waited = self.tasks.wait()
+        threads = cpu_by_thread(self.threads0, threads_cpu_s(), now - self.t0)
+        busy = (machine_busy_s() - self.busy0) / (now - self.t0)
+        if self.o["hold_writes"]:
+            waited, held = self.tasks.hold()
+        else:
+            waited, held = self.tasks.wait(), []
         t1 = time.monotonic()
         self.online.append({"seconds": t1 - self.t0, "records": self.n - self.n0,
                             "background_wait_s": waited,
+                            "writes_held": len(held),
                             # the loop thread's CPU time over the wall time: below 1 where it
                             # waited (for data, the GIL, a core)
                             "loop_cpu_share": cpu / (now - self.t0),
                             # of the rest: waiting for a CPU (runnable, another thread on
                             # it); what remains is sleeping (the GIL, a file, a lock)
                             "loop_run_queue_share": rq / (now - self.t0),
-                            "loop_minor_faults": faults})
+                            "loop_minor_faults": faults,
+                            # cores used, per thread of this process and by the whole
+                            # machine (the producer and the kernel's writeback are the rest)
+                            "cores_by_thread": threads, "machine_busy_cores": round(busy, 3)})
         self.pause.set()
         try:
             cpu0, mine0, flt0 = time.process_time(), time.thread_time(), minor_faults()
@@ -154,13 +234,21 @@ class Alternator(Callback):
                               # bare window had the trainer's core to itself
                               "other_threads_cpu_s": others})
         finally:
+            self.tasks.resume(held)
             self.pause.clear()
         self.t0, self.n0, self.cpu0 = time.monotonic(), self.n, time.thread_time()
         self.rq0, self.flt0 = run_queue_s(), minor_faults()
+        self.threads0, self.busy0 = threads_cpu_s(), machine_busy_s()
 
 
 def _rate(windows: list[dict]) -> float:
     return sum(w["records"] for w in windows) / sum(w["seconds"] for w in windows)
+
+
+def _median_by_key(rows: list[dict[str, float]]) -> dict[str, float]:
+    """The median of each key over ``rows`` (0 where a row lacks it)."""
+    keys = {k for r in rows for k in r}
+    return {k: round(statistics.median(r.get(k, 0.0) for r in rows), 3) for k in sorted(keys)}
 
 
 def paired_ratios(on: list[dict], bare: list[dict]) -> list[float]:
@@ -271,6 +359,12 @@ def run(o: dict) -> dict:
             k: 1000 * sum(w.get("loop_minor_faults", 0) for w in ws) /
             max(1, sum(w["records"] for w in ws)) for k, ws in (("online", counted),
                                                                 ("bare", bare))},
+        # cores used over the counted online windows (medians): per thread of this process,
+        # and by the whole machine (the producer process and the kernel are the difference)
+        "cores_by_thread_median": _median_by_key([w.get("cores_by_thread", {})
+                                                  for w in counted]),
+        "machine_busy_cores_median": statistics.median(w.get("machine_busy_cores", 0.0)
+                                                       for w in counted) if counted else None,
         "online_windows": on, "bare_windows": bare,
         "checkpoint": online._checkpoint_summary([thr]),
         "publish": online._publish_summary(thr, o["publish_every"]),
@@ -294,6 +388,10 @@ def main() -> None:
     ap.add_argument("--producer-nice", type=int, default=0,
                     help="niceness of the producer process (it stands for a system elsewhere: "
                          "19 lets it run only on a core the trainer leaves free)")
+    ap.add_argument("--wait-writes", dest="hold_writes", action="store_false",
+                    help="at a window's end wait for the checkpoint / full-publish writes in "
+                         "flight (counted as online time) instead of holding them between "
+                         "chunks through the bare window (runs 1-16 waited)")
     ap.add_argument("--out", default="online_paired")
     o = vars(ap.parse_args())
     r = run(o)
@@ -303,7 +401,9 @@ def main() -> None:
           f"{r['ratio_per_cycle_median']:.3f} over {len(r['ratio_per_cycle'])} cycles; loop "
           f"thread on a CPU {r['loop_cpu_share_median']:.3f}, waiting for one "
           f"{r['loop_run_queue_share_median']:.3f}; huge pages {r['huge_page_fraction']}; "
-          f"loop thread's page faults per 1,000 records {r['loop_faults_per_1000_records']}")
+          f"loop thread's page faults per 1,000 records {r['loop_faults_per_1000_records']}; "
+          f"cores by thread {r['cores_by_thread_median']}, machine busy "
+          f"{r['machine_busy_cores_median']}")
     print("written:", path)
 
 

@@ -65,3 +65,58 @@ def test_the_pooled_ratio_keeps_every_runs_weight():
     assert r["cycles"] == 5 and r["cycles_below_0.9"] == 2
     # each run's cycles are resampled within it: here every draw gives the same total
     assert r["ratio_interval_90"] == pytest.approx([r["ratio"]] * 2)
+
+
+def test_a_held_snapshot_write_stops_between_chunks_and_ends_whole_after_resume(
+        tmp_path, monkeypatch):
+    # the bench holds a checkpoint write through a bare window: it must stop writing there
+    # (or its cost would land on the bare side) and still end with the state at take
+    import concurrent.futures
+    import threading
+    import time
+
+    from lit_amp.rec import LazyAdam
+    from lit_amp.rec.online import snapshot as snapshot_mod
+    from lit_amp.rec.online.snapshot import Snapshots
+
+    monkeypatch.setattr(snapshot_mod, "CHUNK_BYTES", 4096)
+    chunks, first = [], threading.Event()
+    as_bytes = snapshot_mod._as_bytes
+
+    def counted(t):
+        chunks.append(time.monotonic())
+        first.set()
+        time.sleep(0.002)
+        return as_bytes(t)
+
+    monkeypatch.setattr(snapshot_mod, "_as_bytes", counted)
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(20_000, 8, sparse=True)
+    opt = LazyAdam(emb.parameters(), lr=0.1)
+    emb(torch.tensor([1, 2])).sum().backward()
+    opt.step()
+    snaps = Snapshots([opt], min_protected_bytes=10_000)
+    state = {"state_dict": emb.state_dict()}
+    expected = {k: v.clone() for k, v in state["state_dict"].items()}
+    snap = snaps.take(state)
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lit_amp-test")
+    other = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lit_amp-other")
+    with paired.BackgroundTasks() as tasks:
+        # as the checkpointer submits its writes: (the snapshot, the path)
+        write = pool.submit(lambda s, p: s.write(p), snap, tmp_path / "a.ckpt")
+        assert first.wait(30)
+        deleted = other.submit(time.sleep, 0.2)  # a task that writes no snapshot: waited for
+        waited, held = tasks.hold()
+        assert deleted.done() and waited >= 0.15 and len(held) == 1
+        n = len(chunks)
+        time.sleep(0.3)
+        assert len(chunks) <= n + 1 and not write.done()  # at most the chunk under way
+        tasks.resume(held)
+        write.result(timeout=60)
+        assert len(chunks) > n + 10  # the rest was written after the resume
+        assert tasks.wait() < 1.0
+    pool.shutdown()
+    other.shutdown()
+    got = torch.load(tmp_path / "a.ckpt", weights_only=True)["state_dict"]
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+    snaps.remove()
