@@ -1,4 +1,4 @@
-"""Atomic file writes (pure Python + fcntl): the one way lit_amp writes a file a reader may open.
+"""Atomic file writes (Python, fcntl, numpy): the one way lit_amp writes a file a reader may open.
 
 :func:`atomic_write` writes the bytes to a temp file of lit_amp's own prefix (:data:`TMP_PREFIX`)
 in the target folder, flushes and fsyncs it, renames it over the target (atomic on POSIX) and
@@ -6,19 +6,24 @@ fsyncs the folder, so after a crash the target holds the old or the new content,
 one. A failed write (full disk, I/O error) leaves the old file and raises an ``OSError`` naming
 the file and the free space. A temp file is named ``.tmp-lit_amp-<target>.<random>`` and locked
 (``flock``) while written; :func:`remove_stale_temps` deletes only the temps of killed writers.
-With ``drop_cache`` the file's pages leave the page cache once on disk: a checkpoint of
-gigabytes is written for a restart, not to be read now; kept cached, it crowds out the memory
-training allocates and the kernel reclaims in the training thread.
+With ``drop_cache`` the file is written for a restart, not to be read now (a checkpoint of
+gigabytes; kept cached, it crowds out the memory training allocates): it is written around the
+page cache (``O_DIRECT``, through an aligned buffer, :class:`_DirectFile`) where the filesystem
+allows, which also spares the CPU the kernel's copy into the cache, its writeback and its
+eviction (docs/benchmarks.md); elsewhere its pages are evicted once on disk.
 """
 
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from typing import IO, Any
+
+import numpy as np
 
 try:
     import fcntl
@@ -58,6 +63,114 @@ def _drop_cache(fd: int) -> None:
             pass
 
 
+class _DirectFile:
+    """A write-only file over ``fd`` whose bytes skip the page cache (``O_DIRECT``).
+
+    Direct writes must start and end on a block boundary from a block-aligned address: the
+    bytes are gathered in a page-aligned buffer (copied by numpy, which releases the GIL) and
+    written in whole blocks. :meth:`flush` writes the last partial block through the page
+    cache (``O_DIRECT`` cleared), as it does everything after a :meth:`seek` and everything
+    when the filesystem refuses a direct write (``EINVAL``).
+    """
+
+    BLOCK = 4096  # a multiple of every logical block size in use (512, 4096)
+    STAGE = 8 << 20
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buffer = mmap.mmap(-1, self.STAGE)  # page-aligned
+        self._stage = np.frombuffer(self._buffer, dtype=np.uint8)
+        self._n = 0  # bytes staged
+        self._pos = 0  # the file position the caller sees
+        self.direct = True
+        self.direct_bytes = 0  # written around the page cache
+
+    @classmethod
+    def open(cls, fd: int) -> _DirectFile | None:
+        """``fd`` (at offset 0) switched to direct writes; None where it cannot be."""
+        if fcntl is None or not hasattr(os, "O_DIRECT"):
+            return None
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)
+        except OSError:  # e.g. tmpfs
+            return None
+        return cls(fd)
+
+    def _buffered(self) -> None:
+        if self.direct:
+            self.direct = False
+            fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+
+    def _write_all(self, view: memoryview) -> None:
+        done = 0
+        while done < len(view):
+            try:
+                k = os.write(self.fd, view[done:])
+                done += k
+                self.direct_bytes += k if self.direct else 0
+            except OSError as exc:
+                if exc.errno != errno.EINVAL or not self.direct:
+                    raise
+                self._buffered()  # the filesystem or the device refuses this direct write
+
+    def _drain(self) -> None:
+        """Write the staged bytes: the whole blocks directly, the rest through the cache."""
+        full = self._n - self._n % self.BLOCK
+        self._write_all(memoryview(self._buffer)[:full])
+        if full < self._n:
+            self._buffered()
+            self._write_all(memoryview(self._buffer)[full:self._n])
+        self._n = 0
+
+    def write(self, b: Any) -> int:
+        src = np.frombuffer(memoryview(b).cast("B"), dtype=np.uint8)
+        if not self.direct:
+            self._write_all(memoryview(src))
+            self._pos += len(src)
+            return len(src)
+        at = 0
+        while at < len(src):
+            k = min(self.STAGE - self._n, len(src) - at)
+            np.copyto(self._stage[self._n:self._n + k], src[at:at + k])
+            self._n += k
+            at += k
+            if self._n == self.STAGE:  # a multiple of BLOCK: all of it goes direct
+                self._drain()
+        self._pos += len(src)
+        return len(src)
+
+    def flush(self) -> None:
+        if self._n:
+            self._drain()
+        self._buffered()
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.flush()
+        self._pos = os.lseek(self.fd, offset, whence)
+        return self._pos
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def __enter__(self) -> _DirectFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if exc[0] is None:
+                self.flush()
+        finally:
+            os.close(self.fd)
+            # unmapped once unreferenced (a traceback may still hold a view of it)
+            self._stage = self._buffer = None
+
+
 def _write_failure(path: str, tmp: str, exc: BaseException) -> OSError | None:
     """An ``OSError`` naming ``path`` when ``exc`` is a full disk or an I/O error, else None."""
     code = getattr(exc, "errno", None)
@@ -88,9 +201,10 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any], *,
         write: called once with a binary file object open for writing.
         fsync: flush file and folder to stable storage before returning (the default;
             a checkpoint that only sits in the page cache is lost by a power cut).
-        drop_cache: with ``fsync``, evict the file's pages from the page cache once they are
-            on disk (``posix_fadvise(DONTNEED)``; where the platform has none, nothing is
-            evicted: only the memory differs).
+        drop_cache: with ``fsync``, keep the file out of the page cache: write it around it
+            (``O_DIRECT``) where the filesystem allows, and evict what is cached of it once it
+            is on disk (``posix_fadvise(DONTNEED)``; where the platform has neither, only the
+            memory differs).
 
     Returns:
         ``path`` as a str.
@@ -113,7 +227,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any], *,
     lock = _lock(fd)  # held until the temp file is renamed (or removed)
     try:
         try:
-            with os.fdopen(fd, "wb") as f:
+            direct = _DirectFile.open(fd) if fsync and drop_cache else None
+            with direct if direct is not None else os.fdopen(fd, "wb") as f:
                 write(f)
                 f.flush()
                 if fsync:

@@ -9,6 +9,7 @@ a temp file whose write is still in progress.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import signal
@@ -17,6 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lit_amp._io import atomic_write
 from lit_amp.callbacks.backup_and_restore import BackupAndRestore
 from lit_amp.callbacks.checkpoint import CheckpointConfig, ModelCheckpoint
 from tests.callbacks._helpers import simulate_train
@@ -122,3 +128,79 @@ def test_a_checkpoint_written_with_drop_cache_leaves_the_page_cache(tmp_path):
         {"w": torch.randn(1 << 20)}, None), tmp_path / "net"))
     resident, pages = resident_pages(ckpt)
     assert resident < pages // 20, (resident, pages)
+
+
+def _direct_writes(monkeypatch) -> list:
+    """Every :class:`lit_amp._io._DirectFile` opened from here on."""
+    from lit_amp import _io
+
+    opened, real = [], _io._DirectFile.open.__func__
+
+    def spy(cls, fd):
+        f = real(cls, fd)
+        opened.append(f)
+        return f
+
+    monkeypatch.setattr(_io._DirectFile, "open", classmethod(spy))
+    return opened
+
+
+@CACHE_ADVICE
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(0, 5 * 4096 + 7), max_size=12),
+       seek_at=st.one_of(st.none(), st.integers(0, 11)))
+def test_a_drop_cache_write_goes_around_the_page_cache_with_every_byte_in_place(
+        tmp_path, monkeypatch, sizes, seek_at):
+    # pieces of any size, across the aligned buffer's end (3 blocks here) and the blocks'
+    from lit_amp import _io
+
+    monkeypatch.setattr(_io._DirectFile, "STAGE", 3 * 4096)
+    opened = _direct_writes(monkeypatch)
+    rng = np.random.default_rng(len(sizes))
+    pieces = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
+
+    def write(f):
+        for i, b in enumerate(pieces):
+            if i == seek_at:  # a writer that asks where it is and seeks (torch.save may)
+                assert f.tell() == sum(map(len, pieces[:i]))
+                f.seek(0, os.SEEK_CUR)
+            f.write(memoryview(b))
+
+    path = Path(atomic_write(tmp_path / "a.bin", write, drop_cache=True))
+    data = b"".join(pieces)
+    assert path.read_bytes() == data
+    if opened and opened[0] is not None:  # a filesystem that allows O_DIRECT
+        f = opened[0]
+        before_seek = sum(map(len, pieces[:seek_at])) if seek_at is not None else len(data)
+        assert f.direct_bytes == before_seek - before_seek % 4096  # the whole blocks
+
+
+def test_a_filesystem_or_device_refusing_direct_writes_gets_the_bytes_through_the_cache(
+        tmp_path, monkeypatch):
+    from lit_amp import _io
+
+    opened = _direct_writes(monkeypatch)
+    shm = Path("/dev/shm")
+    if shm.is_dir():  # tmpfs: O_DIRECT refused (before Linux 6.6) or allowed
+        data = os.urandom(3 * 4096 + 5)
+        path = Path(atomic_write(shm / f"lit_amp-test-{os.getpid()}.bin",
+                                 lambda f: f.write(data), drop_cache=True))
+        try:
+            assert path.read_bytes() == data
+        finally:
+            path.unlink()
+    # a device that refuses a direct write itself (EINVAL at the write): the rest is buffered
+    real_write, refused = os.write, []
+
+    def refusing(fd, b):
+        if _io.fcntl.fcntl(fd, _io.fcntl.F_GETFL) & os.O_DIRECT:
+            refused.append(len(b))
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, b)
+
+    monkeypatch.setattr(_io.os, "write", refusing)
+    data = os.urandom((8 << 20) + 12345)
+    path = Path(atomic_write(tmp_path / "b.bin", lambda f: f.write(data), drop_cache=True))
+    assert path.read_bytes() == data
+    if opened[-1] is not None:
+        assert refused and opened[-1].direct_bytes == 0 and not opened[-1].direct
