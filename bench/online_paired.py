@@ -15,9 +15,10 @@ checkpoint or full-publish write in flight is held between two chunks (its snaps
 taken) until the online window after: its cost lands where the loop runs beside it, as in a
 run that never pauses. (What such a write has handed the kernel before the hold, the kernel
 may still write back during the bare window; ``--wait-writes`` waits for the writes instead,
-which charges their rest to the online side at the full rate: runs 1-16.) Checkpoints are due every ``--ckpt-every`` seconds
-of online time. Both copies' table and moments are collapsed onto huge pages (a copy on
-fewer would be slower); the backed fraction of each is reported.
+which charges their rest to the online side at the full rate: runs 1-16.) Checkpoints are
+due every ``--ckpt-every`` seconds of online time. Both copies' table and moments are
+collapsed onto huge pages (a copy on fewer would be slower); the backed fraction of each is
+reported.
 
 The result: the online total (records over online seconds, the first window left out as the
 warm-up) over the bare total, the ratio per cycle (an online window over the mean of the bare
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import gc
 import logging
 import os
 import resource
@@ -120,6 +122,28 @@ def cpu_by_thread(before: dict[str, float], after: dict[str, float], seconds: fl
     return {k: round(v, 3) for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0.01}
 
 
+class GcPauses:
+    """The collector's pauses (``gc.callbacks``): total seconds and the longest, per thread
+    that ran it; :meth:`take` returns and clears them."""
+
+    def __init__(self) -> None:
+        self.total, self.longest, self._t0 = 0.0, 0.0, 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0:
+            d = time.perf_counter() - self._t0
+            self.total += d
+            self.longest = max(self.longest, d)
+
+    def take(self) -> dict:
+        out = {"gc_s": round(self.total, 4), "gc_longest_s": round(self.longest, 4)}
+        self.total = self.longest = 0.0
+        return out
+
+
 class BackgroundTasks:
     """Every task submitted to a lit_amp thread pool (``lit_amp-*`` threads) while inside;
     :meth:`wait` waits for those not done, :meth:`hold` for those that write no snapshot."""
@@ -185,6 +209,7 @@ class Alternator(Callback):
         self.flt0 = 0  # ... and its minor page faults
         self.threads0: dict[str, float] = {}  # every thread's CPU time (threads_cpu_s)
         self.busy0 = 0.0  # the machine's busy CPU seconds
+        self.gc = GcPauses()
         self.n = self.n0 = 0
 
     def on_train_step_end(self, run_context) -> None:
@@ -218,7 +243,8 @@ class Alternator(Callback):
                             "loop_minor_faults": faults,
                             # cores used, per thread of this process and by the whole
                             # machine (the producer and the kernel's writeback are the rest)
-                            "cores_by_thread": threads, "machine_busy_cores": round(busy, 3)})
+                            "cores_by_thread": threads, "machine_busy_cores": round(busy, 3),
+                            **self.gc.take()})
         self.pause.set()
         try:
             cpu0, mine0, flt0 = time.process_time(), time.thread_time(), minor_faults()
@@ -233,6 +259,7 @@ class Alternator(Callback):
                               # CPU of this process's other threads meanwhile: ~0 when the
                               # bare window had the trainer's core to itself
                               "other_threads_cpu_s": others})
+            self.gc.take()  # the bare window's collections: not the loop's
         finally:
             self.tasks.resume(held)
             self.pause.clear()

@@ -146,7 +146,8 @@ def _direct_writes(monkeypatch) -> list:
 
 
 @CACHE_ADVICE
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sizes=st.lists(st.integers(0, 5 * 4096 + 7), max_size=12),
        seek_at=st.one_of(st.none(), st.integers(0, 11)))
 def test_a_drop_cache_write_goes_around_the_page_cache_with_every_byte_in_place(
