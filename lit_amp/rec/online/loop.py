@@ -34,6 +34,7 @@ import torch
 
 from lit_amp.callbacks.bridge import MindSporeCallbackBridge
 from lit_amp.rec._stream import OnlineStream, batch_size_of
+from lit_amp.rec.online import heap
 from lit_amp.rec.online.checkpoints import CursorCheckpoints
 from lit_amp.rec.online.guard import NonFiniteGuard
 from lit_amp.rec.online.options import (
@@ -124,6 +125,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         )
         self.cursor: Any = None  # cursor of the last trained batch (this rank)
         self._t0 = 0.0
+        self._frozen = False  # heap.freeze() froze the objects alive at the start
         self._start_step = 0
         self._start_records = 0
         self._idle_stop: str | None = None
@@ -191,6 +193,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         self._start_step = self._step()
         self._start_records = self.summary.total_records
         self._bind_stream()
+        self._frozen = heap.freeze()  # no full collector pass over Lightning's objects
         self._t0 = time.monotonic()
         self.stop.start(self._t0)
         if self.checkpoints is not None:  # nothing new to save yet
@@ -398,6 +401,8 @@ class OnlineLoop(MindSporeCallbackBridge):
         return output * weight
 
     def _finish(self, *, failing: bool = False) -> None:
+        heap.unfreeze(self._frozen)
+        self._frozen = False
         self.stop.finish()
         if self._fill_hook is not None:
             self._fill_hook.remove()
