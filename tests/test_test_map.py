@@ -78,6 +78,11 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         "what Lightning iterates in online_train: a cursor is committed only for batches "
         "trained (resume without loss)",
     ),
+    "rec/online/heap.py": (
+        ("tests/rec/online/test_loop.py::"
+         "test_the_objects_alive_at_the_start_are_frozen_for_the_loop_and_handed_back",),
+        "the online loop freezes the objects alive at its start and unfreezes them at its end",
+    ),
     "rec/online/ranks.py": (
         ("tests/rec/online/test_ddp_stream.py",),
         "online_train's collectives (no-ops in one process, its doctest): the 2-process "
