@@ -38,8 +38,10 @@ from online_paired import bare_model, machine_busy_s  # noqa: E402
 
 from lit_amp import _io  # noqa: E402
 
-KINDS = ("idle", "cached", "direct")
-CHUNK = 16 << 20
+#: kind of window -> (through the page cache, bytes gathered at a time, bytes staged for a
+#: direct write); "idle": no writer
+KINDS = {"idle": None, "cached": (True, 16 << 20, 8 << 20), "direct": (False, 16 << 20, 8 << 20),
+         "direct_mid": (False, 2 << 20, 2 << 20), "direct_small": (False, 512 << 10, 1 << 20)}
 
 
 class _Stopped(Exception):
@@ -54,13 +56,14 @@ class Writer(threading.Thread):
                  folder: Path) -> None:
         super().__init__(daemon=True)
         self.kind, self.tensors, self.rows, self.folder = kind, tensors, rows, folder
+        self.cached, self.chunk, self.stage = KINDS[kind]
         self.stop = threading.Event()
         self.bytes = 0
         self.cpu_s = 0.0
 
     def fill(self, f) -> None:
         for t in self.tensors:
-            step = CHUNK // (t.shape[1] * t.element_size())
+            step = self.chunk // (t.shape[1] * t.element_size())
             out = torch.empty(step, t.shape[1], dtype=t.dtype)
             for a in range(0, len(self.rows), step):
                 if self.stop.is_set():
@@ -73,7 +76,8 @@ class Writer(threading.Thread):
     def run(self) -> None:
         c0 = time.thread_time()
         cached = mock.patch.object(_io._DirectFile, "open", lambda fd: None)
-        with cached if self.kind == "cached" else contextlib.nullcontext():
+        staged = mock.patch.object(_io._DirectFile, "STAGE", self.stage)
+        with cached if self.cached else contextlib.nullcontext(), staged:
             k = 0
             while not self.stop.is_set():
                 try:
@@ -93,7 +97,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=online.SCALE_BATCH)
     ap.add_argument("--new-frac", type=float, default=0.02)
     ap.add_argument("--no-producer", dest="producer", action="store_false")
+    ap.add_argument("--kinds", nargs="+", choices=list(KINDS)[1:], default=["cached", "direct"],
+                    help="the writes beside the bare step (each round also has an idle window)")
+    ap.add_argument("--out", default="write_cost", help="bench/results/<out>.json")
     o = vars(ap.parse_args())
+    kinds = ["idle", *o["kinds"]]
     net, opt, huge, stream = bare_model(o)
     batches = online.bare_batches(stream, o["batch"], 100)
     warm = online.run_baseline(5.0, o["batch"], net, opt, batches=batches)
@@ -116,10 +124,11 @@ def main() -> None:
                            daemon=True)
         prod.start()
         ready.wait(timeout=300)
-    windows: dict[str, list[dict]] = {k: [] for k in KINDS}
+    windows: dict[str, list[dict]] = {k: [] for k in kinds}
     try:
         for r in range(o["rounds"]):
-            for kind in KINDS[r % 3:] + KINDS[:r % 3]:
+            turn = r % len(kinds)
+            for kind in kinds[turn:] + kinds[:turn]:
                 w = Writer(kind, tensors, rows, root) if kind != "idle" else None
                 busy0, t0 = machine_busy_s(), time.monotonic()
                 if w:
@@ -137,7 +146,7 @@ def main() -> None:
                     "machine_busy_cores": busy})
                 if prod is not None:
                     for f in data.iterdir():
-                        f.unlink()
+                        f.unlink(missing_ok=True)
                 print(f"round {r} {kind}: {b['records_per_s']:,.0f}/s, "
                       f"{windows[kind][-1]['mb_per_s']:.0f} MB/s written, writer "
                       f"{windows[kind][-1]['writer_cores']:.2f} cores, machine {busy:.2f}",
@@ -150,7 +159,7 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     idle = [w["records_per_s"] for w in windows["idle"]]
     summary = {}
-    for kind in KINDS[1:]:
+    for kind in kinds[1:]:
         ws = windows[kind]
         ratio = statistics.median(w["records_per_s"] / i for w, i in zip(ws, idle))
         gb_s = statistics.median(w["mb_per_s"] for w in ws) / 1000
@@ -161,7 +170,7 @@ def main() -> None:
         print(f"{kind}: ratio {ratio:.3f}, {gb_s:.2f} GB/s, writer {cores:.2f} cores; loop "
               f"seconds lost per GB {(1 - ratio) / gb_s:.3f}, writer CPU s per GB "
               f"{cores / gb_s:.2f}")
-    print("written:", write_result("write_cost", {
+    print("written:", write_result(o["out"], {
         "options": o, "huge_page_fraction": huge, "increment_bytes":
         len(rows) * sum(t.shape[1] * t.element_size() for t in tensors),
         "windows": windows, "summary": summary, "finished": time.strftime("%H:%M:%S")}))
