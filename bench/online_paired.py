@@ -317,16 +317,21 @@ def built(o: dict, stream: tuple) -> tuple:
     return net, opt, (backed / total if total else None)
 
 
-def alternation_options(doc: str, rounds: int) -> dict:
-    """The options of a benchmark alternating two settings of the bare step on one model
-    (bench/bare_batches.py, bench/cotenant.py)."""
+def alternation_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+    """The options of a benchmark alternating settings of the bare step on one model
+    (bench/bare_batches.py, bench/cotenant.py, bench/write_cost.py adds its own)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--vocab", type=int, default=1_000_000, help="rows per feature")
     ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--window", type=float, default=10.0, help="seconds per window")
     ap.add_argument("--batch", type=int, default=online.SCALE_BATCH)
     ap.add_argument("--new-frac", type=float, default=0.02)
-    return vars(ap.parse_args())
+    return ap
+
+
+def alternation_options(doc: str, rounds: int) -> dict:
+    """:func:`alternation_parser`'s options, parsed."""
+    return vars(alternation_parser(doc, rounds).parse_args())
 
 
 def bare_model(o: dict) -> tuple[nn.Module, torch.optim.Optimizer, float | None, tuple]:

@@ -18,7 +18,6 @@ lost per GB written and the writer's CPU seconds per GB. Writes
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shutil
 import statistics
@@ -34,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import online  # noqa: E402
 from _common import write_result  # noqa: E402
-from online_paired import bare_model, machine_busy_s  # noqa: E402
+from online_paired import alternation_parser, bare_model, machine_busy_s  # noqa: E402
 
 from lit_amp import _io  # noqa: E402
 
@@ -90,12 +89,7 @@ class Writer(threading.Thread):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vocab", type=int, default=1_000_000, help="rows per feature")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--window", type=float, default=10.0, help="seconds per window")
-    ap.add_argument("--batch", type=int, default=online.SCALE_BATCH)
-    ap.add_argument("--new-frac", type=float, default=0.02)
+    ap = alternation_parser(__doc__, rounds=5)
     ap.add_argument("--no-producer", dest="producer", action="store_false")
     ap.add_argument("--kinds", nargs="+", choices=list(KINDS)[1:], default=["cached", "direct"],
                     help="the writes beside the bare step (each round also has an idle window)")
