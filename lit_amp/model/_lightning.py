@@ -23,6 +23,7 @@ __all__ = [
     "RESERVED_TRAINER_KEYS",
     "TRAINER_DEFAULTS",
     "make_trainer",
+    "nested_call",
     "RankStepCount",
     "check_in_process",
     "all_on_cpu",
@@ -247,6 +248,66 @@ def make_trainer(trainer_kwargs: dict[str, Any], callbacks: list[L.Callback], *,
         kw["max_epochs"] = max_epochs
     with quiet_lightning():
         return L.Trainer(callbacks=[*callbacks, *user_cbs], **kw)
+
+
+def _running_fit(trainer: Any) -> bool:
+    """Whether ``trainer`` is inside ``fit`` (its loops and counters describe a live run)."""
+    state = trainer.state
+    return (str(getattr(state.fn, "value", state.fn)) == "fit"
+            and str(getattr(state.status, "value", state.status)) == "running")
+
+
+@contextlib.contextmanager
+def nested_call(module: L.LightningModule, trainer: L.Trainer) -> Iterator[None]:
+    """Run ``trainer``'s validate / test / predict on ``module`` inside a fit that runs it.
+
+    Model-zoo scripts evaluate from a training callback (``model.eval(ds)`` at an epoch end).
+    That call has a Trainer of its own, which Lightning attaches to the module
+    (``module.trainer``); left there, everything that asks the module for *its* Trainer
+    afterwards -- ``ModelCheckpoint`` (the epoch, global step, loops and callbacks' state of
+    each file), logging, the train step -- would read the finished evaluation instead of the
+    running fit: the checkpoints written after the evaluation would hold epoch 0, step 0 and
+    no loops, and a resume from them would start over. Within the block:
+
+    - the fit's Trainer is attached to ``module`` again at the end (also when the call
+      raises), with the hook name the fit was in and LitModel's gradient flags
+      (``_trainer_grad``) that the inner call's ``configure_callbacks`` re-read;
+    - the inner Trainer's teardown leaves the module where the fit put it (Lightning's
+      ``Strategy.teardown`` moves it to the CPU, under the fit's optimizer state, captured
+      CUDA graphs and DDP buckets); should it have moved anyway, it goes back to the device
+      it was on.
+
+    Outside a running fit (a plain ``Model.eval``), or when ``trainer`` is the fit's own, the
+    block changes nothing.
+
+    Args:
+        module: the LightningModule both Trainers run.
+        trainer: the inner call's Trainer (not started yet).
+
+    Example:
+        >>> inner = make_trainer({"accelerator": "cpu"}, [])
+        >>> with nested_call(L.LightningModule(), inner):  # no fit is running: nothing to keep
+        ...     pass
+    """
+    outer = getattr(module, "_trainer", None)
+    if outer is None or outer is trainer or not _running_fit(outer):
+        yield
+        return
+    fx_name = getattr(module, "_current_fx_name", None)
+    grad_flags = module.__dict__.get("_trainer_grad")
+    first = next(module.parameters(), None)
+    device = first.device if first is not None else None
+    module.__dict__["cpu"] = lambda: module  # Strategy.teardown's move, for this call only
+    try:
+        yield
+    finally:
+        module.__dict__.pop("cpu", None)
+        module.trainer = outer
+        module._current_fx_name = fx_name
+        if grad_flags is not None:
+            module.__dict__["_trainer_grad"] = grad_flags
+        if first is not None and first.device != device and type(first.data) is torch.Tensor:
+            module.to(device)
 
 
 class RankStepCount(L.Callback):

@@ -14,6 +14,7 @@ import inspect
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 __all__ = ["CheckpointStateMixin"]
@@ -53,7 +54,7 @@ class CheckpointStateMixin:
             state = trainer._checkpoint_connector.dump_checkpoint(False)
             if self.epoch_offset:
                 _shift_progress(state, self.epoch_offset,
-                                self.epoch_offset * self._optimizer_steps_per_epoch(trainer))
+                                *(self.epoch_offset * n for n in self._per_epoch(trainer)))
         else:
             state = {"epoch": 0, "global_step": 0,
                      "pytorch-lightning_version": L.__version__}
@@ -66,13 +67,22 @@ class CheckpointStateMixin:
             state[BOOST_KEY] = self.boost.state_dict()
         return state
 
-    def _optimizer_steps_per_epoch(self, trainer: Any) -> int:
-        """Optimizer steps of one epoch of ``trainer`` (0 when its length is unknown)."""
+    def _per_epoch(self, trainer: Any) -> tuple[int, int, int]:
+        """One epoch of ``trainer``: its batches, optimizer steps and batches that stepped.
+
+        Lightning counts batches (``batch_progress``; in sink mode a batch is a whole sink of
+        ``sink_size`` steps), the optimizer steps LitModel takes (``global_step``) and the
+        batches that closed an accumulation window (``_batches_that_stepped``). All 0 when the
+        epoch's length is unknown.
+        """
         batches = trainer.num_training_batches
         if not isinstance(batches, int) or batches <= 0:
-            return 0
+            return 0, 0, 0
+        sink_size = getattr(trainer.train_dataloader, "sink_size", 1) if self.sink_mode else 1
+        steps = batches * (sink_size if isinstance(sink_size, int) and sink_size > 0 else 1)
         n = max(self.grad_accumulation_steps, self._trainer_grad["accumulate"])
-        return -(-batches // n)
+        stepped = -(-batches // max(int(trainer.accumulate_grad_batches or 1), 1))
+        return batches, -(-steps // n), stepped
 
     def _full_states(self) -> tuple[dict, dict | None]:
         """The module's and the optimizer's state dicts; full (gathered) ones under FSDP2."""
@@ -218,6 +228,9 @@ class CheckpointStateMixin:
         return out
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Lightning hook: accept the cells' aliases, restore the loss scale, and warn when a
+        ``Trainer.fit(..., ckpt_path=)`` resumes from a file without a training position."""
+        _warn_without_position(self._trainer, checkpoint)
         if isinstance(checkpoint.get("state_dict"), dict):
             checkpoint["state_dict"] = self._aliased_state(checkpoint["state_dict"])
         from lit_amp.serialization import LOSS_SCALE_KEY
@@ -229,13 +242,35 @@ class CheckpointStateMixin:
             self._pending_loss_scale = scale  # the controller exists once the level is applied
 
 
-def _shift_progress(state: dict, epochs: int, steps: int) -> None:
-    """Count ``epochs`` epochs and ``steps`` optimizer steps done before this Trainer's run in
-    a Lightning checkpoint dict (its ``epoch``, ``global_step`` and fit-loop progress)."""
+def _warn_without_position(trainer: Any, checkpoint: dict) -> None:
+    """Warn, naming the file, when ``trainer`` resumes a fit from a checkpoint without loops.
+
+    Lightning restores the epoch and step from a checkpoint's ``"loops"``; a file without them
+    (saved outside a fit, e.g. :func:`lit_amp.save_checkpoint` of an idle module) restores the
+    weights and the optimizer and then trains from epoch 0, step 0 again, silently.
+    """
+    if trainer is None or not _fitting(trainer) or "loops" in checkpoint:
+        return
+    path = getattr(trainer, "ckpt_path", None)
+    rank_zero_warn(
+        f"The checkpoint {str(path)!r} holds no training position (no 'loops'; epoch "
+        f"{checkpoint.get('epoch', 0)}, global step {checkpoint.get('global_step', 0)}): the "
+        "weights and the optimizer state are restored, but training starts again at epoch 0, "
+        "step 0. Resume from a file that ModelCheckpoint / Trainer.save_checkpoint wrote during "
+        "training, or load it with lit_amp.load_checkpoint and pass Model.train(..., "
+        "initial_epoch=<epochs done>).",
+        category=UserWarning,
+    )
+
+
+def _shift_progress(state: dict, epochs: int, batches: int, steps: int, stepped: int) -> None:
+    """Count ``epochs`` epochs of ``batches`` batches, ``steps`` optimizer steps and ``stepped``
+    batches that stepped, done before this Trainer's run, in a Lightning checkpoint dict (its
+    ``epoch``, ``global_step`` and fit-loop progress)."""
     state["epoch"] = int(state.get("epoch", 0)) + epochs
     state["global_step"] = int(state.get("global_step", 0)) + steps
     fit = state.get("loops", {}).get("fit_loop", {})
-    shifts = {"epoch_progress": epochs, "epoch_loop.batch_progress": steps,
+    shifts = {"epoch_progress": epochs, "epoch_loop.batch_progress": batches,
               "epoch_loop.manual_optimization.optim_step_progress": steps}
     for key, by in shifts.items():
         progress = fit.get(key)
@@ -249,7 +284,7 @@ def _shift_progress(state: dict, epochs: int, steps: int) -> None:
                 counters[name] += by
     inner = fit.get("epoch_loop.state_dict")
     if isinstance(inner, dict) and "_batches_that_stepped" in inner:
-        inner["_batches_that_stepped"] += steps
+        inner["_batches_that_stepped"] += stepped
 
 
 def _fitting(trainer: Any) -> bool:

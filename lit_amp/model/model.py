@@ -25,6 +25,7 @@ from lit_amp.model._lightning import (
     RankStepCount,
     check_in_process,
     make_trainer,
+    nested_call,
     quiet_lightning,
     split_callbacks,
 )
@@ -378,9 +379,13 @@ class Model:
         )
         bridge = MindSporeCallbackBridge(cbl, cb_params)
         trainer = self._make_trainer(max_epochs=None, callbacks=[bridge, *pl_cbs])
-        with quiet_lightning():
-            trainer.validate(lit, dataloaders=self._rank_data(valid_dataset, train=False),
-                             verbose=False)
+        try:  # from a training callback: the module goes back to the training run's Trainer
+            with quiet_lightning(), nested_call(lit, trainer):
+                trainer.validate(lit, dataloaders=self._rank_data(valid_dataset, train=False),
+                                 verbose=False)
+        finally:
+            if lit._trainer is not None and lit._trainer is not trainer:
+                self.trainer = lit._trainer  # the running training call stays the latest
         metrics = dict(lit.last_eval_results.get("metrics", {}))
         return metrics
 

@@ -1,5 +1,5 @@
-"""The Lightning glue's strategy check (``lit_amp.model._lightning``): LitModel and the
-strategies that start their own worker processes.
+"""The Lightning glue (``lit_amp.model._lightning``): LitModel and the strategies that start
+their own worker processes; a Trainer call nested in a running fit.
 
 ``ddp_spawn`` / ``ddp_fork`` workers send back only the weights: LitModel refuses them at fit
 start, as Model does, naming ``'ddp'``; examples/lightning_trainer.py's documented multi-process
@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from lit_amp import LitModel
-from tests.helpers.data import make_net
+from lit_amp.model._lightning import make_trainer, nested_call
+from tests.helpers.data import make_batches, make_net
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "lightning_trainer.py"
@@ -96,3 +97,54 @@ def test_the_examples_documented_multi_process_command_runs(tmp_path):
     acc = [float(a) for a in re.findall(r"validation: \{'val/acc': ([0-9.]+)", proc.stdout)]
     assert len(acc) == 2 and min(acc) > 0.3, proc.stdout[-2000:]  # both ranks; chance is 0.1
     assert (tmp_path / "out" / "logs" / "version_0" / "metrics.csv").is_file()
+
+
+def _evaluated_lit() -> LitModel:
+    net = make_net()
+    return LitModel(net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), 0.1),
+                    metrics={"acc"})
+
+
+def _loader() -> torch.utils.data.DataLoader:
+    x, y = (torch.cat(t) for t in zip(*make_batches(2)))
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+
+
+class _NestedValidate(L.Callback):
+    """At the first epoch end, validates the fitted module with a Trainer of its own."""
+
+    def __init__(self, data) -> None:
+        self.data, self.seen = data, {}
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        inner = make_trainer({"accelerator": "cpu"}, [])
+        fx_name = pl_module._current_fx_name
+        with nested_call(pl_module, inner):
+            inner.validate(pl_module, dataloaders=self.data, verbose=False)
+            self.seen["inside"] = pl_module._trainer
+        self.seen.update(inner=inner, after=pl_module._trainer,
+                         fx_name=(fx_name, pl_module._current_fx_name))
+
+
+def test_a_nested_validate_gives_the_module_back_to_the_running_fit(monkeypatch):
+    moved = []
+    monkeypatch.setattr(LitModel, "cpu", lambda self: moved.append(self) or self)
+    lit = _evaluated_lit()
+    data = _loader()
+    spy = _NestedValidate(data)
+    trainer = make_trainer({"accelerator": "cpu"}, [spy], max_epochs=1)
+    trainer.fit(lit, train_dataloaders=data)
+    assert spy.seen["inside"] is spy.seen["inner"]  # the inner call ran with its own Trainer
+    assert spy.seen["after"] is trainer  # ... and the fit's Trainer is the module's again
+    assert spy.seen["fx_name"] == ("on_train_epoch_end", "on_train_epoch_end")
+    # the inner teardown left the module in place; the fit's own teardown moved it
+    assert moved == [lit]
+    assert "cpu" not in lit.__dict__
+
+
+def test_nested_call_outside_a_fit_changes_nothing():
+    lit = _evaluated_lit()
+    inner = make_trainer({"accelerator": "cpu"}, [])
+    with nested_call(lit, inner):
+        inner.validate(lit, dataloaders=_loader(), verbose=False)
+    assert lit._trainer is inner  # a plain validate: Lightning's own attachment stays

@@ -1,0 +1,149 @@
+"""The model-zoo resume pattern: ``Model.train`` with an eval callback and ``ModelCheckpoint``,
+then a resume from the files it wrote.
+
+An evaluation from a training callback (``model.eval(ds)`` at an epoch end) runs a Trainer of
+its own; the checkpoints written after it still hold the training run's epoch, global step and
+loops, and a resume -- Lightning's ``Trainer.fit(ckpt_path=)`` or ``Model.train(...,
+initial_epoch=)`` after ``load_checkpoint`` -- ends with the uninterrupted run's weights.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lit_amp import Model, load_checkpoint, load_param_into_net, save_checkpoint
+from lit_amp.callbacks import Callback, CheckpointConfig, ModelCheckpoint
+from tests.helpers.data import make_batches, make_net
+
+EPOCHS = 4
+STEPS = 3  # batches per epoch
+NO_POSITION = "holds no training position"
+
+
+def _data() -> DataLoader:
+    x, y = (torch.cat(t) for t in zip(*make_batches(STEPS, batch=8)))
+    return DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
+
+
+def _model(opt_name: str) -> tuple[Model, nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    net = make_net()
+    if opt_name == "adam":
+        opt = torch.optim.Adam(net.parameters(), lr=0.01)
+    else:
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    model = Model(net, nn.CrossEntropyLoss(), opt, metrics={"acc"},
+                  trainer={"accelerator": "cpu"})
+    return model, net, opt
+
+
+class EvalCallBack(Callback):
+    """The model zoo's ``EvalCallBack``: ``model.eval`` every ``interval`` epochs."""
+
+    def __init__(self, model: Model, dataset, interval: int = 2) -> None:
+        self.model, self.dataset, self.interval = model, dataset, interval
+        self.results: list[dict] = []
+
+    def on_train_epoch_end(self, run_context) -> None:
+        if run_context.original_args().cur_epoch_num % self.interval == 0:
+            self.results.append(self.model.eval(self.dataset))
+
+
+def _checkpoints(tmp_path, name: str) -> ModelCheckpoint:
+    config = CheckpointConfig(save_checkpoint_steps=STEPS, keep_checkpoint_max=EPOCHS,
+                              append_info=["epoch_num", "step_num"])
+    return ModelCheckpoint(name, str(tmp_path / name), config)
+
+
+def _train(tmp_path, name: str, opt_name: str, *, with_eval: bool, sink: bool = False):
+    model, net, _ = _model(opt_name)
+    callbacks: list = [_checkpoints(tmp_path, name)]
+    if with_eval:
+        callbacks.insert(0, EvalCallBack(model, _data()))
+    model.train(EPOCHS, _data(), callbacks=callbacks, dataset_sink_mode=sink)
+    return model, net, callbacks
+
+
+def _position(path) -> dict:
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    return {k: state.get(k) for k in ("epoch", "global_step", "loops")} | {
+        "callbacks": sorted(state.get("callbacks", {}))}
+
+
+def _equal_weights(a: nn.Module, b: nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+@pytest.mark.parametrize("sink", [False, True], ids=["steps", "sink"])
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_an_eval_callback_leaves_the_checkpoints_training_position(tmp_path, opt_name, sink):
+    _, ref_net, _ = _train(tmp_path, "ref", opt_name, with_eval=False, sink=sink)
+    model, net, callbacks = _train(tmp_path, "m", opt_name, with_eval=True, sink=sink)
+    assert len(callbacks[0].results) == EPOCHS // 2  # it did evaluate, twice
+    assert model.trainer.state.fn == "fit"  # the latest call is the training run
+    assert _equal_weights(net, ref_net)  # the evaluations changed nothing of the training
+    names = [f"-{e}_{STEPS}.ckpt" for e in range(1, EPOCHS + 1)]
+    for i, suffix in enumerate(names):
+        ref, got = _position(tmp_path / "ref" / f"ref{suffix}"), _position(
+            tmp_path / "m" / f"m{suffix}")
+        assert got["loops"] is not None, suffix
+        assert (got["epoch"], got["global_step"]) == (i, (i + 1) * STEPS), suffix
+        assert got == ref, suffix
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_trainer_fit_resumes_a_checkpoint_written_after_an_eval(tmp_path, opt_name):
+    _, ref_net, _ = _train(tmp_path, "ref", opt_name, with_eval=False)
+    _train(tmp_path, "m", opt_name, with_eval=True)
+    resumed, net, _ = _model(opt_name)
+    trainer = L.Trainer(max_epochs=EPOCHS, accelerator="cpu", logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=str(tmp_path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(resumed.lit_model, train_dataloaders=_data(),
+                    ckpt_path=str(tmp_path / "m" / f"m-3_{STEPS}.ckpt"))
+    assert not [w for w in caught if NO_POSITION in str(w.message)]
+    assert trainer.global_step == EPOCHS * STEPS  # epoch 4 only: not from epoch 0 again
+    assert _equal_weights(net, ref_net)
+
+
+@pytest.mark.parametrize("sink", [False, True], ids=["steps", "sink"])
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_model_train_resumes_from_initial_epoch_after_an_eval(tmp_path, opt_name, sink):
+    _, ref_net, _ = _train(tmp_path, "ref", opt_name, with_eval=False, sink=sink)
+    _train(tmp_path, "m", opt_name, with_eval=True, sink=sink)
+    # the model zoo's resume: load the file, continue after the epochs it holds
+    resumed, net, opt = _model(opt_name)
+    param_dict = load_checkpoint(str(tmp_path / "m" / f"m-2_{STEPS}.ckpt"))
+    load_param_into_net(net, param_dict)
+    opt.load_state_dict(param_dict["optimizer"])
+    initial_epoch = param_dict["append_info"]["epoch_num"]
+    assert initial_epoch == 2 and param_dict["global_step"] == 2 * STEPS
+    eval_cb = EvalCallBack(resumed, _data())
+    resumed.train(EPOCHS, _data(), callbacks=[eval_cb, _checkpoints(tmp_path, "r")],
+                  dataset_sink_mode=sink, initial_epoch=initial_epoch)
+    assert _equal_weights(net, ref_net)
+    # the resumed run's files count on from the loaded position, after its eval too
+    assert _position(tmp_path / "r" / f"r-4_{STEPS}.ckpt") == _position(
+        tmp_path / "ref" / f"ref-4_{STEPS}.ckpt")
+
+
+def test_a_resume_from_a_file_without_a_training_position_warns_naming_it(tmp_path):
+    model, _, _ = _model("sgd")
+    model.train(1, _data())
+    path = save_checkpoint(model.lit_model, str(tmp_path / "idle.ckpt"))  # outside training
+    assert "loops" not in torch.load(path, weights_only=False)
+    resumed, _, _ = _model("sgd")
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=str(tmp_path))
+    with pytest.warns(UserWarning, match=NO_POSITION) as caught:
+        trainer.fit(resumed.lit_model, train_dataloaders=_data(), ckpt_path=path)
+    assert any(path in str(w.message) for w in caught if NO_POSITION in str(w.message))
