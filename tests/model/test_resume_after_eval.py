@@ -147,3 +147,29 @@ def test_a_resume_from_a_file_without_a_training_position_warns_naming_it(tmp_pa
     with pytest.warns(UserWarning, match=NO_POSITION) as caught:
         trainer.fit(resumed.lit_model, train_dataloaders=_data(), ckpt_path=path)
     assert any(path in str(w.message) for w in caught if NO_POSITION in str(w.message))
+
+
+def test_thor_with_a_per_step_lr_array_resumes_at_its_step(tmp_path):
+    from lit_amp.thor import thor
+
+    lrs = torch.linspace(0.1, 0.01, EPOCHS * STEPS)  # MindSpore's per-step learning rates
+
+    def build():
+        torch.manual_seed(0)
+        net = make_net()
+        opt = thor(net, lrs, 0.03, 0.9, frequency=2)
+        return Model(net, nn.CrossEntropyLoss(), opt, metrics={"acc"},
+                     trainer={"accelerator": "cpu"}), net, opt
+
+    ref, ref_net, _ = build()
+    ref.train(EPOCHS, _data())
+    model, _, _ = build()
+    model.train(EPOCHS, _data(), callbacks=[EvalCallBack(model, _data()),
+                                            _checkpoints(tmp_path, "t")])
+    resumed, net, opt = build()
+    param_dict = load_checkpoint(str(tmp_path / "t" / f"t-2_{STEPS}.ckpt"))
+    load_param_into_net(net, param_dict)
+    opt.load_state_dict(param_dict["optimizer"])
+    assert opt.steps == 2 * STEPS and opt.current_lr() == pytest.approx(float(lrs[2 * STEPS]))
+    resumed.train(EPOCHS, _data(), initial_epoch=param_dict["append_info"]["epoch_num"])
+    assert _equal_weights(net, ref_net)
