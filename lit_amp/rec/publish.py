@@ -38,6 +38,7 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -205,9 +206,14 @@ class DeltaPublisher:
     step meanwhile abandons that delta, and its rows go into the next one). Deltas are
     written one at a time, the next publish waiting for the previous one. :meth:`poll`
     (called between steps), the next publish or :meth:`close` moves ``LATEST`` to it once
-    it is on disk and lists it in :attr:`landed`. A delta whose write failed is rolled
-    back: its error is raised by the next :meth:`poll`, publish or :meth:`close`, and the
-    next publish writes its version again with its rows.
+    it is on disk. A delta whose write failed is rolled back: its error is raised by the
+    next :meth:`poll`, publish or :meth:`close`, and the next publish writes its version
+    again with its rows.
+
+    Each version is named by ``LATEST`` in turn, oldest first (versions that landed behind
+    a full snapshot still being written are named one after the other once it is on disk),
+    and as each is named it is listed in :attr:`landed` and passed to ``on_named``; a
+    version whose write failed is never named.
 
     Rows are tracked from the gradients (:class:`~lit_amp.rec.touched.TouchedRows`): every
     optimizer that steps ``network`` must be passed to :meth:`attach`.
@@ -222,6 +228,9 @@ class DeltaPublisher:
             that is replaying the previous chain safe from the pruning).
         background: write full snapshots and deltas in threads (call :meth:`close` at the
             end).
+        on_named: called as ``on_named(version, path, bytes)`` once ``path``, the file of
+            ``version``, is on disk and ``LATEST`` names it (in the calling thread: from a
+            publish, :meth:`poll` or :meth:`close`), or None.
 
     Raises:
         TypeError / ValueError: an argument of the wrong type or out of range.
@@ -251,6 +260,7 @@ class DeltaPublisher:
         max_delta_fraction: float = 0.25,
         keep_full_max: int = 2,
         background: bool = False,
+        on_named: Callable[[int, str, int], None] | None = None,
     ) -> None:
         owner = "DeltaPublisher"
         self.full_every = check_int(owner, "full_every_n_publishes", full_every_n_publishes,
@@ -260,6 +270,7 @@ class DeltaPublisher:
         self.keep_full = check_int(owner, "keep_full_max", keep_full_max, minimum=1)
         self.background = check_bool(owner, "background", background)
         self.network = network
+        self.on_named = on_named
         self.directory = os.fspath(publish_dir)
         self.touched = TouchedRows(network)
         self._optimizers: list[torch.optim.Optimizer] = []
@@ -269,7 +280,9 @@ class DeltaPublisher:
         self.full_version: int | None = None  # this chain's newest full snapshot on disk
         self.chain: str | None = None
         self.deltas_since_full = 0
-        self._newest: str | None = None  # this chain's newest file written
+        # the versions on disk that LATEST has not named yet: version -> (file name, bytes)
+        self._unnamed: dict[int, tuple[str, int]] = {}
+        self._named = 0  # the newest version LATEST named
         # a version whose only file is a full snapshot still being written: LATEST waits
         self._hold: int | None = None
         #: what the last publish wrote in the loop: "full" or "delta", its size and rows
@@ -285,8 +298,8 @@ class DeltaPublisher:
         # (a module with take_changed_rows), or a tensor was written outside one
         self._gather_in_loop = bool(self.touched.row_modules)
         self._handles: list[Any] = []
-        #: background deltas now on disk and named by ``LATEST``, oldest first:
-        #: ``(version, path, bytes)`` (the newest 64; a caller may empty it)
+        #: the versions named by ``LATEST`` (on disk), oldest first: ``(version, path,
+        #: bytes)`` (the newest 64; a caller may empty it)
         self.landed: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=64)
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
@@ -389,7 +402,7 @@ class DeltaPublisher:
         name = f"{payload['kind']}-{version:012d}.pt"
         path = os.path.join(self.directory, name)
         nbytes = self._write_file(payload, path)
-        self._newest = name
+        self._unnamed[version] = (name, nbytes)
         self.last_kind, self.last_bytes = payload["kind"], nbytes
         self.last_rows = sum(int(r.numel()) for r in payload["rows"].values())
         return path
@@ -463,11 +476,8 @@ class DeltaPublisher:
         future, version, changes, full_too = pending
         error = future.exception()
         if error is None:
-            name = f"delta-{version:012d}.pt"
-            if self._newest is None or version >= int(_VERSIONED.match(self._newest).group(2)):
-                self._newest = name
+            self._unnamed[version] = (f"delta-{version:012d}.pt", future.result())
             self._move_latest()
-            self.landed.append((version, os.path.join(self.directory, name), future.result()))
             return
         self.touched.mark(changes)
         if not full_too and self.version == version:
@@ -508,18 +518,33 @@ class DeltaPublisher:
         self.last_bytes = sum(_nbytes(t) for t in payload["network"].values())
         return path
 
-    def _full_written(self, version: int) -> None:
+    def _full_written(self, version: int, nbytes: int | None = None) -> None:
         self.full_version = version
         if self._hold is not None and version >= self._hold:
             self._hold = None
-        if self._newest is None or version >= self.version:
-            self._newest = f"full-{version:012d}.pt"
+        name = f"full-{version:012d}.pt"
+        if nbytes is not None:  # written in the background (``_write`` lists one in the loop)
+            self._unnamed.setdefault(version, (name, nbytes))
         self._prune()
 
     def _move_latest(self) -> None:
-        """Point ``LATEST`` at the chain's newest file once a full snapshot is under it."""
-        if self.full_version is not None and self._newest is not None and self._hold is None:
-            _write_latest(self.directory, self._newest)
+        """Point ``LATEST`` at each version on disk in turn, oldest first, once a full
+        snapshot of the chain is under it (and none held back, see ``_hold``); list each in
+        :attr:`landed` and pass it to ``on_named`` while ``LATEST`` names it."""
+        if self.full_version is None:
+            return
+        for version in sorted(self._unnamed):
+            if self._hold is not None and version >= self._hold:
+                return
+            name, nbytes = self._unnamed.pop(version)
+            if version <= self._named or version < self.full_version:
+                continue  # its other file was named, or no full snapshot is under it
+            _write_latest(self.directory, name)
+            self._named = version
+            path = os.path.join(self.directory, name)
+            self.landed.append((version, path, nbytes))
+            if self.on_named is not None:
+                self.on_named(version, path, nbytes)
 
     def _collect(self, wait: bool = False) -> None:
         """Take the result of the background full snapshot, if it is done (or ``wait``)."""
@@ -528,7 +553,7 @@ class DeltaPublisher:
             return
         version, path, error = done
         if error is None:
-            self._full_written(version)
+            self._full_written(version, os.path.getsize(path))
             self._move_latest()
             return
         self.deltas_since_full = self.full_every  # the next publish starts another one

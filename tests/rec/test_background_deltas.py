@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 import pytest
 import torch
 from torch import nn
 
 from lit_amp.rec import LazyAdam, PublishOptions, StopOptions, WideDeep
+from lit_amp.rec.full_writer import BackgroundFullWriter
 from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published
 from lit_amp.rec.sources import SyntheticClickSource
-from tests.rec._helpers import make_model
+from tests.rec._helpers import Recorder, make_model
 
 ROWS = 50_000
 
@@ -90,7 +92,7 @@ def test_a_delta_holds_its_publish_while_training_goes_on_during_its_write(tmp_p
     assert load_published(tmp_path)["version"] == 1
     gate.set()
     pub.poll(wait=True)
-    assert not pub.writing(2) and [v for v, _, _ in pub.landed] == [2]
+    assert not pub.writing(2) and [v for v, _, _ in pub.landed] == [1, 2]
     assert latest_published(tmp_path) == path
     payload = load_published(tmp_path)
     assert payload["version"] == 2 and payload["refused"] is None
@@ -229,9 +231,9 @@ def test_online_train_names_a_delta_to_the_hook_once_it_is_on_disk(tmp_path):
         publish=PublishOptions(tmp_path, publish_every_n_steps=2, delta=True,
                                publish_hook=hook),
     )
-    deltas = [s for s in seen if s[0] == "delta"]
-    assert [s[1] for s in deltas] == [4, 6, 8, 10]
-    assert all(on_disk and named for _, _, on_disk, named in deltas)
+    assert [s[:2] for s in seen] == [("full", 2), ("delta", 4), ("delta", 6), ("delta", 8),
+                                     ("delta", 10)]
+    assert all(on_disk and named for _, _, on_disk, named in seen)
     served = WideDeep(vocab_size=2000, embed_dim=4, hidden=(8,))
     assert load_published(tmp_path, served)["step"] == 10
     mine = model.lit_model.network.state_dict()
@@ -264,3 +266,121 @@ def test_the_loop_counts_a_deltas_rows_and_the_writer_thread_lists_them(tmp_path
     assert delta["rows"]["emb.weight"].tolist() == [11]
     assert _same(load_published(tmp_path)["network"], _state(net))
     pub.close()
+
+
+@pytest.fixture
+def held_full(monkeypatch):
+    """Holds every background full snapshot write until ``held_full.set()``."""
+    event = threading.Event()
+    real = BackgroundFullWriter._write
+
+    def held(snap, path, crc):
+        assert event.wait(30)
+        return real(snap, path, crc)
+
+    monkeypatch.setattr(BackgroundFullWriter, "_write", staticmethod(held))
+    return event
+
+
+def _wide_deep_model():
+    torch.manual_seed(0)
+    net = WideDeep(vocab_size=2000, embed_dim=4, hidden=(8,), sparse=True)
+    model = make_model()
+    return type(model)(net, torch.nn.BCEWithLogitsLoss(), LazyAdam(net.parameters(), lr=0.01))
+
+
+def _serving_hook(publish_dir, seen: list) -> Callable[[dict], None]:
+    """A hook recording what a server reacting to it would find: ``(kind, step, the file is
+    on disk, LATEST names it)``."""
+
+    def hook(info: dict) -> None:
+        seen.append((info["kind"], info["step"], os.path.exists(info["path"]),
+                     latest_published(publish_dir) == info["path"]))
+
+    return hook
+
+
+def test_the_hook_waits_for_a_slow_first_full_snapshot_and_then_names_each_version(
+        tmp_path, held_full):
+    """The first full snapshot is written until step 7: the deltas of steps 4 and 6 land
+    before it, and nothing is named (nor given to the hook) until it is on disk; then each
+    version is, in publish order, each while ``LATEST`` names it."""
+    model = _wide_deep_model()
+    seen: list[tuple] = []
+    released_at: list[int] = []
+
+    def release(rc) -> None:
+        step = rc.original_args().cur_step_num
+        if step == 7:
+            assert seen == [] and not os.path.exists(tmp_path / "LATEST")
+            released_at.append(step)
+            held_full.set()
+
+    model.online_train(
+        SyntheticClickSource(batch_size=8, num_records=80), callbacks=Recorder(release),
+        stop=StopOptions(max_steps=10),
+        publish=PublishOptions(tmp_path, publish_every_n_steps=2, delta=True,
+                               publish_hook=_serving_hook(tmp_path, seen)),
+    )
+    assert released_at == [7]
+    assert seen == [("full", 2, True, True), ("delta", 4, True, True), ("delta", 6, True, True),
+                    ("delta", 8, True, True), ("delta", 10, True, True)]
+    assert load_published(tmp_path)["step"] == 10
+
+
+def test_the_publisher_names_versions_landed_behind_a_full_snapshot_one_at_a_time(
+        tmp_path, held_full):
+    net, opt = _net()
+    named: list[tuple] = []
+
+    def on_named(version: int, path: str, nbytes: int) -> None:
+        named.append((version, os.path.basename(path), os.path.getsize(path) == nbytes,
+                      latest_published(tmp_path) == path))
+
+    pub = DeltaPublisher(net, tmp_path, background=True, on_named=on_named)
+    pub.attach(opt)
+    pub.publish(step=1)  # the full snapshot, held
+    for step, ids in ((2, [3]), (3, [7])):
+        _train(net, opt, ids)
+        pub.publish(step=step)
+        pub.poll(wait=True)  # the delta is on disk, LATEST is held back by the full
+    assert named == [] and latest_published(tmp_path) is None
+    held_full.set()
+    pub.close()
+    assert named == [(1, "full-000000000001.pt", True, True),
+                     (2, "delta-000000000002.pt", True, True),
+                     (3, "delta-000000000003.pt", True, True)]
+    assert [v for v, _, _ in pub.landed] == [1, 2, 3]
+    assert _same(load_published(tmp_path)["network"], _state(net))
+
+
+@pytest.mark.parametrize("broken", ["full", "delta"])
+def test_the_hook_is_not_called_for_a_failed_write(tmp_path, monkeypatch, broken):
+    def disk_full(*args):
+        raise OSError("disk full")
+
+    if broken == "full":
+        monkeypatch.setattr(BackgroundFullWriter, "_write", staticmethod(disk_full))
+    else:
+        monkeypatch.setattr(DeltaPublisher, "_write_file", staticmethod(disk_full))
+    seen: list[tuple] = []
+    with pytest.raises(OSError, match="disk full"):
+        _wide_deep_model().online_train(
+            SyntheticClickSource(batch_size=8, num_records=80), stop=StopOptions(max_steps=10),
+            publish=PublishOptions(tmp_path, publish_every_n_steps=2, delta=True,
+                                   publish_hook=_serving_hook(tmp_path, seen)),
+        )
+    assert all(kind != broken for kind, *_ in seen)
+    assert all(on_disk and named for _, _, on_disk, named in seen)
+
+
+@pytest.mark.parametrize("delta", [False, True])
+def test_a_publish_written_in_the_loop_is_named_to_the_hook_once_on_disk(tmp_path, delta):
+    seen: list[tuple] = []
+    _wide_deep_model().online_train(
+        SyntheticClickSource(batch_size=8, num_records=56), stop=StopOptions(max_steps=7),
+        publish=PublishOptions(tmp_path, publish_every_n_steps=2, delta=delta, background=False,
+                               publish_hook=_serving_hook(tmp_path, seen)),
+    )
+    kinds = ["full", "delta", "delta", "delta"] if delta else ["full"] * 4
+    assert seen == [(k, s, True, True) for k, s in zip(kinds, [2, 4, 6, 7])]

@@ -212,9 +212,12 @@ class PublishOptions:
     training goes on (``LATEST`` moves past a version only once a full snapshot under it is
     on disk), and so is each delta, from copies taken in the loop (its rows and dense
     tensors): ``LATEST`` names it, and ``publish_hook`` is called for it, at the first step
-    end after it is on disk. A version that has no delta (the first of a run, or one whose
-    delta would be too big) is then only that full snapshot: the hook's ``path`` names it
-    while it is still being written, and servers see it once it is on disk.
+    end after it is on disk (or at the end of the run). A version that has no delta (the
+    first of a run, or one whose delta would be too big) is then only that full snapshot,
+    named once it is on disk; the deltas that land meanwhile wait for it, then are named one
+    after the other. Whichever the writer, ``publish_hook`` is called for each version in
+    publish order, once its file is on disk and while ``LATEST`` names it; never for a
+    failed write (whose error stops the run).
 
     Args:
         publish_dir: the folder (kept as an absolute path; created when needed).
@@ -222,7 +225,8 @@ class PublishOptions:
         publish_every_n_seconds: the time cadence (seconds or a ``timedelta``), or None.
         keep_published_max: how many published files are kept (with ``delta``: full
             snapshots, each with its deltas; at least 2 is advised).
-        publish_hook: called after each publish, or None.
+        publish_hook: called for each publish once its file is on disk and ``LATEST`` names
+            it, or None.
         delta: publish deltas between periodic full snapshots.
         full_every_n_publishes: with ``delta``, a full snapshot every this many publishes.
         max_delta_fraction: with ``delta``, a larger delta (its bytes over a full snapshot's)

@@ -2,11 +2,13 @@
 
 Rank 0 writes, full snapshots (:func:`~lit_amp.rec.publish.publish_weights`) or, with
 ``PublishOptions(delta=True)``, numbered deltas (:class:`~lit_amp.rec.publish.DeltaPublisher`,
-whose row tracking hooks the run's optimizers; with ``background``, deltas are written by a
-thread and ``publish_hook`` names one once it is on disk); the files and their reader are in
-:mod:`lit_amp.rec.publish`. At the start of a run, rank 0 removes the temp files a killed
-writer left in the folder. Non-finite weights are never published. Under DDP a failed publish
-is held, and the ranks raise together at the next step end (as checkpoints' failures do).
+whose row tracking hooks the run's optimizers; with ``background``, full snapshots and deltas
+are written by threads). ``publish_hook`` is called for a version once its file is on disk
+and ``LATEST`` names it, in publish order (never for a failed write); the files and their
+reader are in :mod:`lit_amp.rec.publish`. At the start of a run, rank 0 removes the temp files
+a killed writer left in the folder. Non-finite weights are never published. Under DDP a failed
+publish is held, and the ranks raise together at the next step end (as checkpoints' failures
+do).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class Publisher:
         self.last_step = -1
         self.last_time = 0.0
         self.delta: DeltaPublisher | None = None  # rank 0 with ``delta``: the version writer
-        self._later: dict[int, dict] = {}  # version -> hook info of a delta being written
+        self._infos: dict[int, dict] = {}  # version -> hook info, until LATEST names it
+        self._publishing: dict | None = None  # the hook info of the publish in progress
         self._error: Exception | None = None  # under DDP: a failure held for the step end
 
     def start(self, step: int, t0: float, optimizers: Any = ()) -> None:
@@ -65,7 +68,7 @@ class Publisher:
             self.delta = DeltaPublisher(
                 self.network, o.publish_dir, full_every_n_publishes=o.full_every_n_publishes,
                 max_delta_fraction=o.max_delta_fraction, keep_full_max=o.keep_published_max,
-                background=o.background)
+                background=o.background, on_named=self._named)
             for opt in optimizers:
                 self.delta.attach(opt)
 
@@ -76,7 +79,6 @@ class Publisher:
             return
         try:
             self._hold(self.delta.close)
-            self._announce_landed()
         except Exception:
             if not quiet:
                 raise
@@ -85,12 +87,11 @@ class Publisher:
             self.delta.detach()
 
     def poll(self) -> bool:
-        """Between steps (rank 0): land what the background writers finished and call
-        ``publish_hook`` for the deltas now on disk. Raises a failed write's error (in one
+        """Between steps (rank 0): land what the background writers finished (``LATEST`` and
+        ``publish_hook`` name each version now on disk). Raises a failed write's error (in one
         process); under DDP returns whether a failure is held."""
         if self.delta is not None:
             self._hold(self.delta.poll)
-            self._announce_landed()
         return self._error is not None
 
     def _hold(self, fn: Any, *args: Any) -> Any:
@@ -119,13 +120,24 @@ class Publisher:
         if self.ranks.reduce_max([int(self._error is not None)])[0]:
             self.raise_failure()
 
-    def _announce_landed(self) -> None:
-        landed = list(self.delta.landed)
-        self.delta.landed.clear()
-        for version, _path, nbytes in landed:
-            info = self._later.pop(version, None)
-            if info is not None and self.opts.publish_hook is not None:
-                self.opts.publish_hook({**info, "published_at": time.time(), "bytes": nbytes})
+    def _named(self, version: int, path: str, nbytes: int) -> None:
+        """``DeltaPublisher``'s ``on_named``: ``LATEST`` names ``path``, on disk."""
+        info = self._infos.pop(version, None)
+        if info is None and version == self.delta.version:  # named during its own publish
+            info, self._publishing = self._publishing, None
+        for v in [v for v in self._infos if v < version]:  # failed: never to be named
+            del self._infos[v]
+        if info is not None:
+            self._announce(path, os.path.basename(path).split("-")[0], nbytes, info)
+
+    def _announce(self, path: str, kind: str, nbytes: int, info: dict) -> None:
+        """Record ``path`` as published and call ``publish_hook``: the file is on disk and
+        ``LATEST`` names it."""
+        self.summary.last_published = path
+        log.debug("online_train: published %s", path)
+        if self.opts.publish_hook is not None:
+            self.opts.publish_hook({"path": path, **info, "published_at": time.time(),
+                                    "kind": kind, "bytes": nbytes})
 
     def time_due(self, now: float) -> bool:
         """Whether ``publish_every_n_seconds`` have passed since the last publish."""
@@ -138,8 +150,10 @@ class Publisher:
         return every is not None and step % every == 0
 
     def publish(self, step: int, cursor: Any) -> None:
-        """Publish the weights of ``step``; then call ``publish_hook`` (``cursor`` in its info).
-        Under DDP a failure is held (:meth:`_hold`).
+        """Publish the weights of ``step``; ``publish_hook`` (``cursor`` in its info) is called
+        once its file is on disk and ``LATEST`` names it: now, or for a file written in the
+        background, by a later :meth:`poll`, publish or :meth:`finish`. Under DDP a failure is
+        held (:meth:`_hold`).
 
         Raises:
             RuntimeError: a weight is NaN / inf (non-finite weights are never published).
@@ -155,24 +169,16 @@ class Publisher:
             return
         o = self.opts
         records = self.summary.total_records
-        if self.delta is not None:
-            path = self.delta.publish(step, records=records)
-            self._announce_landed()  # the previous version, landed before this one started
-            kind, nbytes = self.delta.last_kind, self.delta.last_bytes
-            if self.delta.writing(self.delta.version):
-                self.summary.last_published = path
-                self._later[self.delta.version] = {
-                    "path": path, "step": step, "records": records, "cursor": cursor,
-                    "kind": kind}
-                return
-        else:
+        info = {"step": step, "records": records, "cursor": cursor}
+        if self.delta is None:
             path = publish_weights(self.network, o.publish_dir, step, records=records,
                                    keep=o.keep_published_max)
-            kind, nbytes = "full", os.path.getsize(path)
-        self.summary.last_published = path
-        log.debug("online_train: published %s", path)
-        if o.publish_hook is not None:
-            o.publish_hook({
-                "path": path, "step": step, "records": records, "published_at": time.time(),
-                "cursor": cursor, "kind": kind, "bytes": nbytes,
-            })
+            self._announce(path, "full", os.path.getsize(path), info)
+            return
+        self._publishing = info  # for :meth:`_named`, if it names this version now
+        try:
+            self.delta.publish(step, records=records)
+        finally:
+            info, self._publishing = self._publishing, None
+        if info is not None:  # in the background: named once it is on disk
+            self._infos[self.delta.version] = info
