@@ -16,11 +16,16 @@ used as it is; another DataLoader is split by its sampler; a list or other re-it
 rank r every ``world``-th batch; an ``IterableDataset`` is refused unless wrapped in
 :class:`PerRank` (it yields this rank's part) or :class:`SplitByRank` (split its batches).
 Evaluation drops the samples a ``DistributedSampler`` repeats to pad ranks
-(:func:`padding_trim`), so every sample is counted once.
+(:func:`padding_trim`), so every sample is counted once. Splitting one order by batch index
+needs every rank to iterate the same order: an evaluation pass compares a digest of its first
+batch (its sample indices, or its content for a re-iterable) across the ranks and refuses a
+difference (:func:`check_same_order`; a ``shuffle=True`` loader seeded per rank). Only the
+first batch is compared: orders that agree on it and part later are not detected.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -47,6 +52,8 @@ __all__ = [
     "rank_source",
     "padding_trim",
     "PaddingTrim",
+    "batch_digest",
+    "check_same_order",
     "SinkSizeOfRank",
 ]
 
@@ -186,14 +193,97 @@ def placement_of(module: Any) -> tuple[int, int]:
     return int(kw.get("rank", 0)), int(kw.get("num_replicas", 1))
 
 
-class _EveryNthBatch:
-    """The batches ``rank, rank + world, ...`` of a batch sampler (unrepeated, unpadded)."""
+def batch_digest(batch: Any) -> int:
+    """A digest of ``batch`` that is equal on every process for equal batches (a signed int64).
 
-    def __init__(self, batch_sampler: Iterable, rank: int, world: int) -> None:
+    Tensors count by dtype, shape and up to 64 leading values of each sample (so a reordering
+    inside the batch shows too, at a bounded cost); other values by their ``repr``.
+
+    Example:
+        >>> batch_digest([0, 1, 2]) == batch_digest([0, 1, 2]) != batch_digest([0, 2, 1])
+        True
+    """
+    h = hashlib.blake2b(digest_size=8)
+
+    def feed(item: Any) -> None:
+        if torch.is_tensor(item):
+            t = item.detach()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            if t.dim() > 1:
+                t = t.reshape(t.shape[0], -1)[:, :64]
+            h.update(t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(item, (list, tuple)):
+            h.update(f"{type(item).__name__}{len(item)}".encode())
+            for x in item:
+                feed(x)
+        elif isinstance(item, dict):
+            for k, x in item.items():
+                h.update(repr(k).encode())
+                feed(x)
+        else:
+            h.update(repr(item).encode())
+
+    feed(batch)
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def check_same_order(digest: int, what: str) -> None:
+    """Refuse evaluation data that each rank iterates in another order (a collective).
+
+    lit_amp gives rank r the batches ``r, r + world, ...`` of the evaluation data; that counts
+    every sample once only when every rank iterates the same order. ``digest`` (of the first
+    batch, :func:`batch_digest`) is gathered from every rank of the default process group and
+    compared; every rank calls it at its first batch. Nothing happens without a group.
+
+    Args:
+        digest: this rank's digest of the first batch.
+        what: the data, for the message.
+
+    Raises:
+        RuntimeError: the digests differ (on every rank alike, so none waits).
+
+    Example:
+        >>> check_same_order(batch_digest([0, 1]), "valid_dataset")  # one process: nothing
+    """
+    import torch.distributed as dist
+
+    from lit_amp._runtime import dist_ready
+
+    if not dist_ready() or dist.get_world_size() == 1:
+        return
+    backend = str(dist.get_backend())
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if "nccl" in backend and "gloo" not in backend else torch.device("cpu"))
+    mine = torch.tensor([digest], dtype=torch.int64, device=device)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    if len({int(t) for t in every}) > 1:
+        raise RuntimeError(
+            f"The evaluation data '{what}' is iterated in a different order on each rank (its "
+            "first batch differs between the ranks: a shuffle seeded per rank, e.g. "
+            "DataLoader(shuffle=True) with a generator of seed + rank). lit_amp gives each rank "
+            "every world_size-th batch of one order, so samples would be counted twice or "
+            "never. Evaluate with shuffle=False, or the same seed on every rank, or give a "
+            "DataLoader with a DistributedSampler (each rank's own part)."
+        )
+
+
+class _EveryNthBatch:
+    """The batches ``rank, rank + world, ...`` of a batch sampler (unrepeated, unpadded).
+
+    ``check``: the name of the data; then the first batch's indices are compared across the
+    ranks (:func:`check_same_order`), at every pass.
+    """
+
+    def __init__(self, batch_sampler: Iterable, rank: int, world: int,
+                 check: str | None = None) -> None:
         self.batch_sampler, self.rank, self.world = batch_sampler, rank, world
+        self.check = check
 
     def __iter__(self) -> Iterator:
         for i, batch in enumerate(self.batch_sampler):
+            if i == 0 and self.check is not None:
+                check_same_order(batch_digest(batch), self.check)
             if i % self.world == self.rank:
                 yield batch
 
@@ -271,13 +361,14 @@ def rank_source(dataset: Any, rank: int, world: int, *, train: bool,
                     f"rank={rank}, or give a plain sampler and let lit_amp split the data."
                 )
             return dataset, 0, 1
-        loader = shard_loader(dataset, rank, world, train=train)
+        loader = shard_loader(dataset, rank, world, train=train, name=name)
         if loader is not None:
             return loader, 0, 1
     return dataset, rank, world
 
 
-def shard_loader(loader: Any, rank: int, world_size: int, *, train: bool) -> Any:
+def shard_loader(loader: Any, rank: int, world_size: int, *, train: bool,
+                 name: str | None = None) -> Any:
     """``loader`` rebuilt for this rank, or None when it cannot be (an iterable dataset, a
     sampler that already picks a rank's part...).
 
@@ -285,7 +376,9 @@ def shard_loader(loader: Any, rank: int, world_size: int, *, train: bool) -> Any
     has the same number of batches; shuffled, as Lightning shuffles every distributed training
     loader). ``train=False``: the
     loader's own batches ``rank, rank + world_size, ...``: every batch on exactly one rank,
-    batched as in one process, so batch-averaged values (the loss) come out the same.
+    batched as in one process, so batch-averaged values (the loss) come out the same; each
+    pass compares the first batch's indices across the ranks (:func:`check_same_order`,
+    ``name`` the argument named in its error).
     """
     from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
     from lightning.pytorch.trainer.states import RunningStage
@@ -301,8 +394,9 @@ def shard_loader(loader: Any, rank: int, world_size: int, *, train: bool) -> Any
         if not kw.get("num_workers"):
             kw.pop("prefetch_factor", None)
             kw.pop("persistent_workers", None)
-        return DataLoader(loader.dataset, batch_sampler=_EveryNthBatch(loader.batch_sampler,
-                                                                       rank, world_size), **kw)
+        every_nth = _EveryNthBatch(loader.batch_sampler, rank, world_size,
+                                   check=name or "valid_dataset")
+        return DataLoader(loader.dataset, batch_sampler=every_nth, **kw)
     stage = RunningStage.TRAINING
     # shuffle=True: Lightning shuffles every training loader it distributes, a sequential one
     # too (data_connector._process_dataloader), so sink and non-sink runs split alike
@@ -337,7 +431,9 @@ class RankShard:
     rank every ``world_size``-th batch. ``train=True``: every rank gets the same number of
     batches (a short rank's part wraps around, as ``DistributedSampler`` pads), so no rank
     waits at a collective the others never reach. ``train=False``: every batch goes to exactly
-    one rank (exact evaluation; the counts may differ by one).
+    one rank (exact evaluation; the counts may differ by one), which needs every rank to
+    iterate the same order: the first batch is compared across the ranks
+    (:func:`check_same_order`).
 
     Example:
         >>> list(RankShard([1, 2, 3], lambda: (1, 2), train=False))
@@ -385,6 +481,8 @@ class RankShard:
             return
         head: list = []  # round 0, which pads a short last round (as DistributedSampler pads)
         for i, batch in enumerate(src):
+            if i == 0 and not self.train:  # every rank must iterate the same order
+                check_same_order(batch_digest(batch), self.name)
             if self.train and i < world:
                 head.append(batch)
             if i % world == rank:

@@ -279,6 +279,9 @@ def plan_sink_graph(lit: Any, device: torch.device | str, *, setting: bool | str
     if n > 1:
         reasons.append(f"gradient accumulation over {n} batches steps every {n}th batch: "
                        "accumulate_grad_batches / grad_accumulation_step must be 1")
+    if any(config.interval == "step" for config, *_ in lit.__dict__.get("_lr_plan", ())):
+        reasons.append("a step-interval LR scheduler changes the learning rate between steps "
+                       "(a captured step would keep the first one): use an 'epoch' interval")
     if lit.boost_level != "O0" or lit.boost is not None:
         reasons.append(f"boost_level={lit.boost_level!r} acts at every step: use 'O0'")
     if type(lit).train_one_step is not LitModel.train_one_step:

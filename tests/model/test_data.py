@@ -190,3 +190,54 @@ def test_a_repeat_that_cannot_be_cut_is_refused():
         trim((torch.tensor([5, 0]), torch.zeros(3)), 1)
     one = padding_trim(_padded_loader(batch_size=None))  # unbatched: the repeat is a step
     assert one(torch.tensor(0), 3) is NO_BATCH
+
+
+# ------------------------------------------ evaluation order differing per rank (issue #48)
+def _shuffled_eval(seed: int | None = None) -> dict:
+    """``Model.eval`` over 40 rows in a ``DataLoader(shuffle=True)`` seeded ``seed``."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lit_amp import Model
+    from tests.helpers.data import make_batches, make_net
+
+    x, y = map(torch.cat, zip(*make_batches(5, batch=8)))
+    torch.manual_seed(0)
+    net = make_net()
+    trainer = ({"accelerator": "cpu", "devices": 2, "strategy": "ddp"} if seed is None
+               else {"accelerator": "cpu"})
+    rank = int(os.environ.get("RANK", "0")) if seed is None else 0
+    model = Model(net, nn.CrossEntropyLoss(), metrics={"acc", "loss"}, trainer=trainer)
+
+    def loader(s: int) -> DataLoader:
+        return DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True,
+                          generator=torch.Generator().manual_seed(s))
+
+    if seed is not None:
+        return model.eval(loader(seed))
+    out = {"same_seed": model.eval(loader(100))}
+    try:
+        out["per_rank_seed"] = model.eval(loader(100 + rank))
+    except RuntimeError as err:
+        out["per_rank_seed"] = str(err)
+    return out
+
+
+def _shuffled_eval_worker(rank: int, world: int) -> dict:
+    return _shuffled_eval()
+
+
+def test_evaluation_in_a_different_order_on_each_rank_is_refused():
+    from tests.helpers.dist import run_distributed
+
+    single = _shuffled_eval(seed=100)
+    for res in run_distributed(_shuffled_eval_worker, world=2, init_group=False):
+        # the same seed on every rank: the result of one process
+        assert res["same_seed"]["acc"] == pytest.approx(single["acc"], abs=1e-6)
+        assert res["same_seed"]["loss"] == pytest.approx(single["loss"], rel=1e-5)
+        # seeds 100 + rank: the ranks iterate different orders, every-other-batch placement
+        # would count some rows twice and others never; refused, saying what to do
+        msg = res["per_rank_seed"]
+        assert isinstance(msg, str), f"evaluated silently: {msg}"
+        assert "shuffle=False" in msg and "DistributedSampler" in msg and "seed" in msg
