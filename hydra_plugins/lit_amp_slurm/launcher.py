@@ -42,10 +42,13 @@ if SlurmLauncher is not None:
             return launch(self, job_overrides, initial_job_idx)
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
-            """One SLURM task of a job: run it, stopping at a step boundary on a signal."""
+            """One SLURM task of a job: run it, stopping at a step boundary on a signal; its
+            config is checked against the submitting command line's grants."""
             from lit_amp.cli.preemption import run_task
+            from lit_amp.cli.trust import Grants, guard_composition
 
-            return run_task(super().__call__, *args, **kwargs)
+            with guard_composition(getattr(self, "grants", None) or Grants()):
+                return run_task(super().__call__, *args, **kwargs)
 
     ConfigStore.instance().store(group="hydra/launcher", name="lit_amp_submitit_slurm",
                                  node=LitAmpSlurmConf, provider="lit_amp")

@@ -139,14 +139,16 @@ def _main(argv: list[str] | None) -> float | None:
     from lit_amp.cli import sweep_state
     from lit_amp.cli.aliases import check_plugins, rewrite
     from lit_amp.cli.hints import unknown_key_hints
-    from lit_amp.cli.instantiate import check_command_line, guard_composition
+    from lit_amp.cli.instantiate import check_command_line
+    from lit_amp.cli.trust import Grants, guard_composition
 
     given = argv is not None
     try:
         args, resume = sweep_state.take_resume_flag(sys.argv[1:] if argv is None else argv)
         argv, notes = rewrite(args)
         check_plugins(argv)
-        check_command_line(argv)
+        grants = Grants.from_command_line(argv)
+        check_command_line(argv, grants.targets)
         if resume:
             argv, note = sweep_state.resume_argv(argv)
             notes.append(note)
@@ -192,7 +194,7 @@ def _main(argv: list[str] | None) -> float | None:
     sweep_state.current_sweep_dir = None
     try:
         with sweep_state.interruptible(sweep_state.is_multirun(argv)), unknown_key_hints(), \
-                guard_composition():  # the composed config's targets, before Hydra builds any
+                guard_composition(grants):  # every composed config, before Hydra builds any
             app()
     except sweep_state.SweepInterrupted as exc:
         raise sweep_state.interrupted_exit(exc) from None

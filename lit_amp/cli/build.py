@@ -32,6 +32,7 @@ from lit_amp.cli.console import piped
 from lit_amp.cli.instantiate import check_targets, instantiate
 from lit_amp.cli.launch import torchrun_trainer_kwargs
 from lit_amp.cli.schema import ConfigError, _name, _plain
+from lit_amp.cli.trust import current_grants
 
 __all__ = ["Built", "build", "batch_size", "hyperparameters", "throughput_monitor"]
 
@@ -350,7 +351,8 @@ def build(cfg: DictConfig) -> Built:
         ConfigError: a lit_amp class rejected a configured value.
     """
     _validate(cfg)
-    trusted = [str(p) for p in (cfg.get("extra_trusted_targets") or [])]
+    trusted = [*(str(p) for p in (cfg.get("extra_trusted_targets") or [])),
+               *current_grants().targets]  # LIT_AMP_TRUSTED_TARGETS
     for key in cfg:  # every target is checked before anything is built
         if key != "hydra":
             check_targets(cfg._get_node(key), trusted, str(key))

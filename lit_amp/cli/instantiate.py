@@ -9,9 +9,8 @@ nor code or shell access). Each target is checked on its string before anything 
 then on the object it resolves to. Three checkpoints:
 
 - :func:`check_command_line`: ``_target_`` overrides on the command line, before Hydra starts;
-- :func:`guard_composition` (around the Hydra app): every config Hydra composes, before Hydra
-  builds its own ``hydra.callbacks``, launcher, sweeper and logging handlers from it (a shared
-  experiment YAML can set them);
+- :func:`lit_amp.cli.trust.guard_composition` (around the Hydra app): every config Hydra
+  composes, resolved whole, before Hydra builds anything from it (docs/security.md);
 - :func:`check_targets`: a config node, all of it before anything is built (``build(cfg)``
   and :func:`instantiate`).
 
@@ -46,9 +45,8 @@ __all__ = [
     "HYDRA_TARGETS",
     "TRUSTED_TARGETS",
     "check_command_line",
-    "check_config",
+    "check_logging_factory",
     "check_targets",
-    "guard_composition",
     "instantiate",
     "whitelist_support",
 ]
@@ -65,9 +63,6 @@ HYDRA_TARGETS: tuple[str, ...] = (
 # a context manager, or a reserved instantiate keyword.
 _CONTEXT_NAMES = ("execution_whitelist", "target_whitelist")
 _KWARG_NAMES = ("_execution_whitelist_", "_target_whitelist_")
-# logging.config.dictConfig's factory keys, and the only external objects it may name
-_LOGGING_KEYS = ("()", "class")
-_LOGGING_EXT = ("ext://sys.stdout", "ext://sys.stderr")
 
 
 def _hydra_instantiate() -> Callable[..., Any]:
@@ -159,14 +154,6 @@ def _walk_targets(node: Any, where: str) -> Iterator[tuple[str, Any]]:
             yield from _walk_targets(value, path)
 
 
-def _walk_logging(node: Any, where: str) -> Iterator[tuple[str, Any]]:
-    for key, path, value in _items(node, where):
-        if key in _LOGGING_KEYS or (isinstance(value, str) and value.startswith("ext://")):
-            yield path, value
-        elif value is not _UNRESOLVED:
-            yield from _walk_logging(value, path)
-
-
 def check_targets(
     config: Any, trusted: Sequence[str] = (), where: str = "", *, scope: str = "config",
     resolve: bool = True,
@@ -197,83 +184,21 @@ def check_targets(
         _check(target, path, scope, trusted, resolve)
 
 
-def _patterns(cfg: Any) -> list[str]:
-    try:
-        return [str(p) for p in (cfg.get("extra_trusted_targets") or [])]
-    except Exception:  # noqa: BLE001 - an unresolvable value: no extra trust
-        return []
-
-
-def check_config(cfg: Any, *, resolve: bool = False) -> None:
-    """Check a whole composed config: the job's targets, and what Hydra builds from ``hydra``.
-
-    ``hydra.*`` ``_target_`` s are checked as Hydra callbacks / plugins / Optuna samplers, and
-    ``hydra.job_logging`` / ``hydra.hydra_logging`` factories (``()`` / ``class``) as logging
-    handlers, formatters and filters (``ext://`` only to ``sys.stdout`` / ``sys.stderr``),
-    importing what they name; the job's targets by name (``resolve=False``: composing imports
-    neither torch nor Lightning) or also by object.
+def check_logging_factory(target: Any, where: str, trusted: Sequence[str] = ()) -> None:
+    """Refuse a logging config's ``()`` / ``class`` that is not a logging handler, formatter
+    or filter (imports what it names once the name passed).
 
     Raises:
-        ConfigError: the first target that is not allowed.
+        ConfigError: the factory is not allowed, naming it and its key.
     """
-    extra = _patterns(cfg)
-    for key in list(cfg.keys()):
-        if key != "hydra":
-            check_targets(cfg._get_node(key), extra, str(key), resolve=resolve)
-    hydra_node = cfg.get("hydra") if "hydra" in cfg else None
-    if hydra_node is None:
-        return
-    for key in list(hydra_node.keys()):
-        node, where = hydra_node._get_node(key), f"hydra.{key}"
-        if key in ("job_logging", "hydra_logging"):
-            for path, value in _walk_logging(node, where):
-                if isinstance(value, str) and value.startswith("ext://"):
-                    if value not in _LOGGING_EXT:
-                        raise _target_error(value, path, "not trusted: ext:// may name only "
-                                            f"{' or '.join(_LOGGING_EXT)}", "logging")
-                else:
-                    _check(value, path, "logging", extra, True)
-        else:
-            check_targets(node, extra, where, scope="hydra")
-
-
-@contextlib.contextmanager
-def guard_composition() -> Iterator[None]:
-    """Check every config Hydra composes inside the block with :func:`check_config`.
-
-    Hydra builds ``hydra.callbacks``, its launcher and sweeper and configures logging from the
-    composed config before lit_amp's task runs, so ``lit-amp`` wraps Hydra's config loader for
-    the duration of the app; a config that names a target not allowed stops there, with
-    nothing built. (A Hydra without that loader is not guarded; ``build(cfg)`` still checks
-    the job's targets.)
-    """
-    try:
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    except ImportError:  # pragma: no cover - a future Hydra
-        yield
-        return
-    original = ConfigLoaderImpl.load_configuration
-
-    def load_configuration(self: Any, *args: Any, **kwargs: Any) -> Any:
-        cfg = original(self, *args, **kwargs)
-        check_config(cfg)
-        from lit_amp.cli.slurm import check_request
-
-        check_request(cfg)  # hydra/launcher=slurm: trainer.devices=auto as one ConfigError
-        return cfg
-
-    ConfigLoaderImpl.load_configuration = load_configuration
-    try:
-        yield
-    finally:
-        ConfigLoaderImpl.load_configuration = original
+    _check(target, where, "logging", trusted, True)
 
 
 _TARGET_IN_VALUE = re.compile(r"_target_['\"]?\s*[:=]\s*['\"]?([^'\",}\s\]]+)")
 _SWEEP = re.compile(r"^\s*(choice|shuffle)\((.*)\)\s*$")
 
 
-def check_command_line(argv: Sequence[str]) -> None:
+def check_command_line(argv: Sequence[str], trusted: Sequence[str] = ()) -> None:
     """Refuse ``_target_`` s given as command-line overrides that are not allowed, before Hydra.
 
     ``key._target_=value`` overrides (each value of a ``a,b`` / ``choice(a,b)`` sweep) and
@@ -284,6 +209,8 @@ def check_command_line(argv: Sequence[str]) -> None:
 
     Args:
         argv: the command line without the program.
+        trusted: ``extra_trusted_targets`` patterns granted besides the command line's own
+            (``LIT_AMP_TRUSTED_TARGETS``).
 
     Raises:
         ConfigError: a target that is not allowed.
@@ -295,7 +222,7 @@ def check_command_line(argv: Sequence[str]) -> None:
         ...
         lit_amp.cli.schema.ConfigError: lit-amp: the _target_ 'os.system' ... is refused: ...
     """
-    extra: list[str] = []
+    extra: list[str] = list(trusted)
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     for arg in overrides:
         key, _, value = arg.partition("=")

@@ -97,6 +97,8 @@ class LitAmpSchema:
     optimized_metric: Optional[str] = "acc"  # noqa: UP045
     continue_on_error: bool = True
     extra_trusted_targets: list[str] = dataclasses.field(default_factory=list)
+    trusted_hosts: list[str] = dataclasses.field(default_factory=list)
+    trusted_env: list[str] = dataclasses.field(default_factory=list)
     tags: list[str] = dataclasses.field(default_factory=list)
     amp: AmpSchema = dataclasses.field(default_factory=AmpSchema)
     boost: BoostSchema = dataclasses.field(default_factory=BoostSchema)

@@ -177,9 +177,15 @@ def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list:
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
     from omegaconf import OmegaConf
 
+    from lit_amp.cli.trust import current_grants
+
     config = launcher.config
     params = dict(launcher.params)
     preflight(params, config)
+    loader = launcher.hydra_context.config_loader
+    for overrides in job_overrides:  # each job's config, checked here before any is submitted
+        loader.load_sweep_config(config, list(overrides))
+    launcher.grants = current_grants()  # the node checks its job against the same grants
     executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
                                      slurm_max_num_timeout=params.pop("max_num_timeout"))
     base = set(OmegaConf.structured(BaseQueueConf).keys())
