@@ -20,7 +20,7 @@ TORCH_PIN ?= torch==2.13.0
 $(RUN_STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	if command -v nvidia-smi >/dev/null 2>&1; then $(VPY) -m pip install -q torch; \
+	if command -v nvidia-smi >/dev/null 2>&1; then $(VPY) -m pip install -q "torch>=2.11,<2.14"; \
 	else $(VPY) -m pip install -q $(TORCH_PIN); fi
 	$(VPY) -m pip install -q -e .
 	touch $@
