@@ -4,10 +4,12 @@ hydra-submitit-launcher submits the jobs of a ``-m`` sweep as one SLURM job arra
 waits for every result without a bound. lit_amp's launcher
 (``hydra_plugins.lit_amp_slurm``) runs this module's :func:`launch` instead:
 
-- :func:`preflight`: before anything is submitted, ``sinfo`` says which partitions exist and
-  what their nodes hold. A partition that does not exist, or more tasks x CPUs per task, GPUs
-  or nodes than the partition has, is a :class:`~lit_amp.cli.schema.ConfigError` that names
-  the argument and what the cluster allows.
+- :func:`preflight`: before anything is submitted, the time limit is checked (an int >= 1
+  minutes, longer than the signal's lead ``signal_delay_s``), then ``sinfo`` says which
+  partitions exist and what their nodes hold. A partition that does not exist, or more tasks
+  x CPUs per task, GPUs or nodes than the partition has, is a
+  :class:`~lit_amp.cli.schema.ConfigError` that names the argument and what the cluster
+  allows.
 - :func:`watch`: the jobs are then polled with ``squeue`` (no accounting database needed).
   A pending job is named with SLURM's reason every minute; one pending longer than
   ``hydra.launcher.max_pending_min`` is cancelled and the sweep fails with that reason; a job
@@ -117,6 +119,45 @@ def _trainer(config: Any, key: str) -> Any:
         return None
 
 
+def _check_time_limit(params: dict) -> None:
+    """Refuse a time limit SLURM would not keep and a signal lead that covers all of it.
+
+    SLURM reads ``--time=-1`` (and ``0``) as no limit, so ``timeout_min`` must be an int >= 1.
+    SLURM sends submitit's signal ``signal_delay_s`` before the limit; a lead of the whole
+    limit or more signals every start at once: the job trains a step, is requeued, and
+    submitit gives up after ``max_num_timeout`` such starts.
+
+    Args:
+        params: the launcher's resolved options (``timeout_min``, ``signal_delay_s``).
+
+    Raises:
+        ConfigError: naming the key, its value and what is allowed.
+
+    Example:
+        >>> _check_time_limit({"timeout_min": 120, "signal_delay_s": 120})
+    """
+    limit, lead = params.get("timeout_min"), params.get("signal_delay_s")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                              or limit < 1):
+        raise ConfigError(
+            f"lit-amp: hydra.launcher.timeout_min={limit!r} is not a time limit (SLURM reads "
+            "--time=-1 or 0 as no limit, and a requeued job would never be stopped before "
+            "its backup); allowed: an int >= 1 (minutes).")
+    if lead is None:
+        return
+    if not isinstance(lead, int) or isinstance(lead, bool) or lead < 0:
+        raise ConfigError(
+            f"lit-amp: hydra.launcher.signal_delay_s={lead!r} is not a lead time; allowed: an "
+            "int >= 0 (seconds before the time limit).")
+    if limit is not None and lead >= limit * 60:
+        raise ConfigError(
+            f"lit-amp: hydra.launcher.signal_delay_s={lead} is not shorter than "
+            f"hydra.launcher.timeout_min={limit} ({limit * 60} s): every start of the job "
+            "would get SLURM's signal at once, train a step and be requeued until submitit "
+            f"gives up; allowed: signal_delay_s < {limit * 60} (leave at least one step and "
+            "one backup write), or a larger timeout_min.")
+
+
 def preflight(params: dict, config: Any = None) -> None:
     """Check the launcher's request against the partition before anything is submitted.
 
@@ -129,8 +170,12 @@ def preflight(params: dict, config: Any = None) -> None:
     Raises:
         ConfigError: the partition does not exist; a node of it has fewer CPUs than
             ``tasks_per_node x cpus_per_task`` or fewer GPUs than ``gpus_per_node``; it has
-            fewer nodes than ``nodes``; SLURM's commands are missing or fail.
+            fewer nodes than ``nodes``; ``timeout_min`` is not an int >= 1 (SLURM reads
+            ``--time=-1`` or ``0`` as no limit) or ``signal_delay_s`` is negative or not
+            shorter than the limit (checked first, without asking SLURM); SLURM's commands
+            are missing or fail.
     """
+    _check_time_limit(params)
     parts, default = _partitions()
     partition = params.get("partition")
     if partition is not None and partition not in parts:

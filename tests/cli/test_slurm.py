@@ -50,6 +50,34 @@ def test_a_request_the_partition_holds_passes(tmp_path, monkeypatch):
     preflight({"tasks_per_node": 2})  # the default partition
 
 
+@pytest.mark.parametrize("params, message", [
+    # issue #48 (8): the signal's lead covers the whole limit: every start is signalled at once,
+    # trains one step and is requeued until submitit gives up ("timed-out too many times")
+    ({"timeout_min": 1, "signal_delay_s": 120},
+     "hydra.launcher.signal_delay_s=120 is not shorter than hydra.launcher.timeout_min=1 "
+     "(60 s)"),
+    ({"timeout_min": 2, "signal_delay_s": 120}, "allowed: signal_delay_s < 120"),
+    ({"timeout_min": 60, "signal_delay_s": -5}, "hydra.launcher.signal_delay_s=-5"),
+    # issue #48 (9): SLURM reads --time=-1 (and 0) as no limit at all
+    ({"timeout_min": -1, "signal_delay_s": 120},
+     "hydra.launcher.timeout_min=-1 is not a time limit"),
+    ({"timeout_min": 0, "signal_delay_s": 0}, "allowed: an int >= 1"),
+    ({"timeout_min": "ten", "signal_delay_s": 0}, "hydra.launcher.timeout_min='ten'"),
+])
+def test_a_time_limit_slurm_cannot_keep_is_refused_before_submission(params, message,
+                                                                     monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")  # refused before SLURM is asked anything
+    with pytest.raises(ConfigError) as info:
+        preflight({"tasks_per_node": 1, **params})
+    assert message in str(info.value)
+
+
+def test_a_signal_lead_shorter_than_the_limit_passes(tmp_path, monkeypatch):
+    fake_command(tmp_path, monkeypatch, "sinfo", SINFO)
+    preflight({"tasks_per_node": 1, "timeout_min": 1, "signal_delay_s": 0})  # tests/cluster's
+    preflight({"tasks_per_node": 1, "timeout_min": 120, "signal_delay_s": 120})  # the defaults
+
+
 def test_without_slurms_commands_the_launcher_says_where_to_run(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ConfigError, match="run lit-amp -m on a SLURM login node"):
