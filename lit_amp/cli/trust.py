@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = [
+    "CALLABLE_KEYS",
     "GRANT_KEYS",
     "NETWORK_HANDLERS",
     "READABLE_ENV",
@@ -62,6 +63,9 @@ NETWORK_HANDLERS: tuple[str, ...] = (
 )
 #: Launcher keys that hold shell text: only their command-line values are accepted.
 SHELL_KEYS: tuple[str, ...] = ("hydra.launcher.setup", "hydra.launcher.srun_args")
+#: ``hydra.*`` keys whose value is a dotted name a plugin imports and calls (Optuna's search
+#: space extender): only a target the command line grants (``extra_trusted_targets``).
+CALLABLE_KEYS: tuple[str, ...] = ("hydra.sweeper.custom_search_space",)
 #: The config keys that widen trust: only their command-line values are accepted.
 GRANT_KEYS: tuple[str, ...] = ("extra_trusted_targets", "trusted_hosts", "trusted_env")
 #: The environment variables that grant the same from the user's shell (comma-separated).
@@ -447,6 +451,13 @@ def check_trust(cfg: Any, grants: Grants | None = None) -> None:
     _check_no_factories(others, "hydra")
     _check_hosts(others, "hydra", grants)
     _check_launcher(hydra.get("launcher"), grants)
+    for key in CALLABLE_KEYS:
+        parent, _, leaf = key.removeprefix("hydra.").rpartition(".")
+        value = (hydra.get(parent) or {}).get(leaf)
+        if value is not None and not _matches(str(value), grants.targets):
+            raise _error(key, f"names {value!r}, which the sweeper imports and calls",
+                         f"grant your own function on the command line: lit-amp "
+                         f"'+extra_trusted_targets=[{value}]'")
     sub = hydra.get("output_subdir")
     if sub is not None and (os.path.isabs(str(sub)) or ".." in Path(str(sub)).parts):
         raise _error("hydra.output_subdir", f"is {sub!r}", "a folder inside the run directory")

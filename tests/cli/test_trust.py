@@ -227,6 +227,15 @@ def test_a_config_reaches_only_this_machine(box, capsys, node):
     _refused(_experiment(box, node), box, capsys, "another host")
 
 
+def test_a_sweeper_callable_needs_a_grant(tmp_path):
+    from lit_amp.cli.schema import ConfigError
+
+    cfg = compose_cfg(["hparams_search=optuna",
+                       "+hydra.sweeper.custom_search_space=os.system"], tmp_path)
+    with pytest.raises(ConfigError, match=r"custom_search_space.*imports and calls"):
+        check_trust(cfg, Grants())
+
+
 # --- 6. the SLURM launcher's shell lines -----------------------------------------------------
 
 
