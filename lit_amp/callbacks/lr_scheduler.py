@@ -21,7 +21,9 @@ class LearningRateScheduler(Callback):
 
     ``lr`` is the current learning rate of the optimizer's first param group. When ``new``
     differs from it (relative tolerance 1e-10), it is assigned to every param group of
-    ``cb_params.optimizer`` (a torch optimizer).
+    ``cb_params.optimizer`` (a torch optimizer). ``cur_step_num`` counts the steps of the
+    current ``train`` / ``fit`` call, so a call resumed with ``initial_epoch=k`` starts the
+    schedule again at step 1, as in MindSpore 2.10.
 
     Args:
         learning_rate_function: a callable ``(lr: float, cur_step_num: int) -> float``.

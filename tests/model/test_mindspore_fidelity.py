@@ -328,3 +328,56 @@ def test_request_stop_in_plain_eval_ends_after_that_batch() -> None:
     partial = model.eval(data, callbacks=[StopEval()])
     assert steps == [1]
     assert partial == model.eval(data[:1])
+
+
+# ---------------------------------------------------------------- issue #48 item 5: resume counters
+class _StepProbe(Callback):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, int]] = []
+
+    def on_train_epoch_begin(self, run_context):
+        cb = run_context.original_args()
+        self.events.append(("epoch_begin", cb.cur_epoch_num, cb.cur_step_num))
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        self.events.append(("step_end", cb.cur_epoch_num, cb.cur_step_num))
+
+
+# Recorded from mindspore 2.10 (PyNative, CPU): Model.train / Model.fit(4, <2 batches>,
+# initial_epoch=2): cur_epoch_num is absolute (3, 4), cur_step_num counts this call's steps
+# from 0 (it does not start at initial_epoch * batch_num).
+_RESUMED_COUNTERS = [
+    ("epoch_begin", 3, 0), ("step_end", 3, 1), ("step_end", 3, 2),
+    ("epoch_begin", 4, 2), ("step_end", 4, 3), ("step_end", 4, 4),
+]
+
+
+@pytest.mark.parametrize("api", ["train", "fit"])
+def test_cur_step_num_counts_from_zero_in_a_resumed_call(api: str) -> None:
+    probe = _StepProbe()
+    getattr(_model(), api)(4, make_batches(2), callbacks=[probe], initial_epoch=2)
+    assert probe.events == _RESUMED_COUNTERS
+
+
+def test_learning_rate_scheduler_sees_this_calls_steps_when_resumed() -> None:
+    """As in mindspore 2.10, ``fn(lr, cur_step_num)`` gets 1, 2, ... again after
+    ``initial_epoch``; a schedule that must continue adds ``initial_epoch * batch_num``."""
+    from lit_amp.callbacks import LearningRateScheduler
+
+    seen: list[int] = []
+    offsets: list[int] = []
+
+    def fn(lr: float, step: int) -> float:
+        seen.append(step)
+        return lr
+
+    class Offset(Callback):
+        def on_train_step_end(self, run_context):
+            cb = run_context.original_args()
+            offsets.append(cb.initial_epoch * cb.batch_num + cb.cur_step_num)
+
+    _model().train(4, make_batches(2), callbacks=[LearningRateScheduler(fn), Offset()],
+                   initial_epoch=2)
+    assert seen == [1, 2, 3, 4]
+    assert offsets == [5, 6, 7, 8]  # the uninterrupted run's step numbers
