@@ -129,11 +129,26 @@ class Accuracy(MindSporeMetric):
         return self.correct_num.double() / self.total_num.double()
 
 
+def _is_other_width_one_hot(y_pred: torch.Tensor, y: torch.Tensor) -> bool:
+    """True for an exact one-hot ``(N, C')`` label, ``C' >= 2``, beside ``(N, C)`` scores, C' != C.
+
+    MindSpore's ``_check_onehot_data`` (0/1 values, one 1 per row) with the width left free; a
+    ``(N, 1)`` label stays a column of class indices.
+    """
+    if y.ndim != 2 or y_pred.ndim != 2 or y.shape[0] != y_pred.shape[0]:
+        return False
+    if y.shape[1] < 2 or y.shape[1] == y_pred.shape[1]:
+        return False
+    return bool(((y == 0) | (y == 1)).all()) and bool((y.sum(dim=1) == 1).all())
+
+
 class TopKCategoricalAccuracy(MindSporeMetric):
     """MindSpore's ``TopKCategoricalAccuracy``: the label is among the ``k`` highest scores.
 
     ``y_pred`` has shape ``(N, C)``; ``y`` holds class indices ``(N,)`` or is one-hot. Ties go
-    to the lower class index (a stable sort), as MindSpore documents.
+    to the lower class index (a stable sort), as MindSpore documents. As in MindSpore 2.10, a
+    one-hot ``y`` ``(N, C')`` of another width (``C' >= 2``) is argmaxed too: a narrower one
+    names some of the classes, and a row whose class is ``>= C`` counts as a miss.
 
     Args:
         k: how many top classes count (an int >= 1).
@@ -169,6 +184,8 @@ class TopKCategoricalAccuracy(MindSporeMetric):
                 f"For '{type(self).__name__}.update', y_pred (predicted value) must have shape "
                 f"(N, C), but got shape {tuple(y_pred.shape)}."
             )
+        if _is_other_width_one_hot(y_pred, y):
+            y = y.long().argmax(dim=1)  # MindSpore argmaxes a one-hot label of any width
         y = _labels_to_index(y_pred, y).reshape(-1, 1)
         if y.shape[0] != y_pred.shape[0]:
             raise ValueError(

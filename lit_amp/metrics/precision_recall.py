@@ -287,6 +287,29 @@ class Fbeta(_PerClassBase):
         """Accumulate one batch: ``update(y_pred, y)``."""
         self._update_counts(*self._inputs(inputs))
 
+    def eval(self, average: bool = False) -> Any:
+        """MindSpore's ``eval(average=False)``: per-class F-beta, or their mean with ``average``.
+
+        Args:
+            average: return the mean over classes (a ``numpy.float64``) instead of the
+                per-class numpy array.
+
+        Raises:
+            TypeError: ``average`` is not a bool (MindSpore 2.10 raises TypeError too).
+            RuntimeError: no sample was seen since the last ``clear``.
+
+        Example:
+            >>> import torch
+            >>> m = Fbeta(1)
+            >>> y_pred = torch.tensor([[0.2, 0.5], [0.3, 0.1], [0.9, 0.6]])
+            >>> m.update(y_pred, torch.tensor([1, 0, 1]))
+            >>> m.eval(), round(float(m.eval(average=True)), 4)
+            (array([0.66666667, 0.66666667]), 0.6667)
+        """
+        check_bool(type(self).__name__ + ".eval", "average", average)
+        value = super().eval()
+        return np.float64(np.mean(value)) if average else value
+
     def compute(self) -> torch.Tensor:
         """Per-class F-beta, float64.
 

@@ -300,3 +300,24 @@ def test_confusion_matrix_doc_example_threshold_and_errors():
         ConfusionMatrix("2")
     with pytest.raises(TypeError, match="threshold"):
         ConfusionMatrix(2, threshold=1)
+
+
+def test_topk_one_hot_label_of_another_width_is_argmaxed():
+    """Issue #48 item 7. Recorded from mindspore 2.10 (MindSpore's own test_topk feeds a
+    one-hot label narrower than y_pred): TopKCategoricalAccuracy(2) -> 2/3 and
+    Top5CategoricalAccuracy -> 1.0 for one-hot labels 4, 6 and 3 wide beside 5 scores."""
+    x = torch.tensor(
+        [[0.2, 0.5, 0.3, 0.6, 0.2], [0.1, 0.35, 0.5, 0.2, 0.0], [0.9, 0.6, 0.2, 0.01, 0.3]]
+    )
+    for width in (4, 6, 3):
+        y = torch.eye(width)[[2, 1, 0]]
+        top2, top5 = TopKCategoricalAccuracy(2), Top5CategoricalAccuracy()
+        top2.update(x, y)
+        top5.update(x, y)
+        assert value(top2) == pytest.approx(2 / 3)
+        assert value(top5) == 1.0
+    wide = Top5CategoricalAccuracy()  # class 5 is not among 5 scores: a miss, as in MindSpore
+    wide.update(x, torch.eye(6)[[5, 1, 0]])
+    assert value(wide) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="one class index per row"):  # not one-hot: refused
+        TopKCategoricalAccuracy(2).update(x, torch.full((3, 4), 0.25))

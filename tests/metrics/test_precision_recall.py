@@ -161,3 +161,20 @@ def test_forward_blocks_are_folded_by_the_next_update():
     assert len(m.class_counts) == 1  # update() folds them: memory stays O(C)
     tp, pos, _ = hand_counts(LOGITS, LABELS, 3)
     np.testing.assert_allclose(value(m), tp / (pos + EPS))
+
+
+def test_fbeta_eval_average_matches_mindspore():
+    """Issue #48 item 7. Recorded from mindspore 2.10: Fbeta(1) on MindSpore's docstring data
+    gives eval() == eval(False) == [0.6667, 0.6667], eval(True) == 0.6667, and a non-bool
+    ``average`` (1, "x", None) is a TypeError; F1 the same."""
+    x = torch.tensor([[0.2, 0.5], [0.3, 0.1], [0.9, 0.6]])
+    y = torch.tensor([1, 0, 1])
+    for m in (Fbeta(1), F1()):
+        m.update(x, y)
+        np.testing.assert_allclose(m.eval(), [2 / 3, 2 / 3])
+        np.testing.assert_allclose(m.eval(False), [2 / 3, 2 / 3])
+        avg = m.eval(average=True)
+        assert isinstance(avg, np.float64) and avg == pytest.approx(2 / 3)
+        for bad in (1, "x", None):
+            with pytest.raises(TypeError, match="'average'"):
+                m.eval(bad)
