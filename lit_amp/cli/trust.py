@@ -223,6 +223,9 @@ def resolved_view(cfg: Any) -> tuple[dict, list[str]]:
     """The whole config resolved as the job will see it (a plain dict), and the environment
     variables its interpolations read.
 
+    The resolvers' cache (``${now:...}``, ``${lit_amp.run_id:}``) is copied back into ``cfg``,
+    so that what Hydra and the job resolve later is what was checked.
+
     Raises:
         ConfigError: a value that cannot be resolved before the job starts (an interpolation
             of a missing key, or one built from a value Hydra sets only then), naming its key.
@@ -245,6 +248,7 @@ def resolved_view(cfg: Any) -> tuple[dict, list[str]]:
             plain = OmegaConf.to_container(view, resolve=True)
     finally:
         hydra_config.cfg = saved
+    OmegaConf.copy_cache(from_config=view, to_config=cfg)
     assert isinstance(plain, dict)
     return plain, read
 
@@ -477,6 +481,7 @@ def guard_composition(grants: Grants | None = None) -> Iterator[Grants]:
     from lit_amp.cli.slurm import check_request
 
     original = ConfigLoaderImpl.load_configuration
+    original_sweep = ConfigLoaderImpl.load_sweep_config
 
     def load_configuration(self: Any, *args: Any, **kwargs: Any) -> Any:
         cfg = original(self, *args, **kwargs)
@@ -484,9 +489,16 @@ def guard_composition(grants: Grants | None = None) -> Iterator[Grants]:
         check_trust(cfg)
         return cfg
 
+    def load_sweep_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cfg = original_sweep(self, *args, **kwargs)
+        check_trust(cfg)  # again: Hydra gave the job the sweep's resolver cache
+        return cfg
+
     with granted(grants if grants is not None else current_grants()) as active:
         ConfigLoaderImpl.load_configuration = load_configuration
+        ConfigLoaderImpl.load_sweep_config = load_sweep_config
         try:
             yield active
         finally:
             ConfigLoaderImpl.load_configuration = original
+            ConfigLoaderImpl.load_sweep_config = original_sweep

@@ -252,6 +252,19 @@ def test_launcher_setup_lines_come_only_from_the_command_line(tmp_path):
         check_trust(cfg, Grants())
 
 
+def test_what_is_checked_is_what_the_job_resolves(tmp_path):
+    """A key built from ``${now:...}`` resolves later to the value checked (the cache is
+    pinned), so a check at one instant cannot pass a node the job picks at the next."""
+    import time
+
+    from lit_amp.cli.trust import resolved_view
+
+    cfg = compose_cfg(["+tags=[${now:%H%M%S%f}]"], tmp_path)
+    plain, _ = resolved_view(cfg)
+    time.sleep(0.01)
+    assert list(cfg.tags) == plain["tags"]
+
+
 # --- what stays possible ---------------------------------------------------------------------
 
 
