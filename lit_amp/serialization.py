@@ -16,7 +16,9 @@ that dict; a ``LitModel`` builds it with its Trainer while one runs) and
 "lit_amp_network_prefix": ""}`` plus the two lit_amp keys. :func:`load_checkpoint` reads these
 files and Lightning's own and adds four derived views (:func:`checkpoint_views`): ``"network"``
 (the weights under the network's own names), ``"optimizer"``, ``"loss_scale"`` and
-``"append_info"``. Files are written with :func:`lit_amp._io.atomic_write`.
+``"append_info"``; as in MindSpore, each ``append_info`` entry (``"epoch_num"``, ``"step_num"``,
+a user's values) is also a key of its own. Files are written with
+:func:`lit_amp._io.atomic_write`.
 
 A *row increment* (written by ``online_train`` with ``full_every_n_checkpoints > 1``) holds
 the whole dict too, except that some big row tensors (an embedding table, its optimizer
@@ -40,6 +42,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -53,6 +56,7 @@ __all__ = [
     "FORMAT_KEY",
     "LOSS_SCALE_KEY",
     "PREFIX_KEY",
+    "RESERVED_KEYS",
     "ROWS_KEY",
     "CHAIN_KEY",
     "checkpoint_payload",
@@ -80,6 +84,15 @@ CHAIN_KEY = "lit_amp_chain_id"
 LOSS_SCALE_KEY = "lit_amp_loss_scale"
 #: the ``AutoBoost`` state
 BOOST_KEY = "lit_amp_boost"
+#: the keys of a checkpoint dict an ``append_info`` entry may not take (each entry is also a
+#: top-level key of what :func:`load_checkpoint` returns): Lightning's, lit_amp's, the views
+RESERVED_KEYS = frozenset({
+    "state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step", "loops",
+    "callbacks", "pytorch-lightning_version", "hyper_parameters", "hparams_name",
+    "datamodule_hyper_parameters", "datamodule_hparams_name", "network", "optimizer",
+    "loss_scale", "append_info", FORMAT_KEY, PREFIX_KEY, ROWS_KEY, CHAIN_KEY, LOSS_SCALE_KEY,
+    BOOST_KEY,
+})
 
 
 def _state_of(save_obj: Any) -> dict:
@@ -110,10 +123,16 @@ def save_checkpoint(save_obj: Any, ckpt_file_name: str, append_dict: dict | None
     Args:
         save_obj: a module, a dict name -> tensor, or an object with ``checkpoint_state()``.
         ckpt_file_name: the file to write; ``.ckpt`` is appended when missing.
-        append_dict: extra values stored under ``"append_info"``.
+        append_dict: extra values stored under ``"append_info"`` (each one also a top-level key of
+            what :func:`load_checkpoint` returns, so its name may not be one of
+            :data:`RESERVED_KEYS`).
 
     Returns:
         The path written.
+
+    Raises:
+        TypeError: ``save_obj`` or ``ckpt_file_name`` has the wrong type.
+        ValueError: an ``append_dict`` key names an entry of the checkpoint dict.
 
     Example:
         >>> import tempfile, os
@@ -149,13 +168,23 @@ def checkpoint_payload(save_obj: Any, append_dict: dict | None = None) -> dict:
 
     Raises:
         TypeError: ``save_obj`` is none of the above.
+        ValueError: an ``append_dict`` key is one of :data:`RESERVED_KEYS` or a key of the state
+            (:func:`load_checkpoint` returns each entry as a key of its own too).
 
     Example:
         >>> sorted(checkpoint_payload(torch.nn.Linear(2, 2)))
         ['append_info', 'lit_amp_format', 'lit_amp_network_prefix', 'state_dict']
     """
     state = _state_of(save_obj)
-    state["append_info"] = dict(append_dict or {})
+    append = dict(append_dict or {})
+    taken = sorted(str(k) for k in append if k in RESERVED_KEYS or k in state)
+    if taken:
+        raise ValueError(
+            f"save_checkpoint: the append_dict key {taken[0]!r} names an entry of the checkpoint "
+            "dict (load_checkpoint returns each append_dict entry as a key of its own, as "
+            "MindSpore does); use another name."
+        )
+    state["append_info"] = append
     state[FORMAT_KEY] = CHECKPOINT_FORMAT
     return state
 
@@ -177,9 +206,18 @@ def write_checkpoint(payload: dict, ckpt_file_name: str | os.PathLike) -> str:
 
 
 def load_checkpoint(
-    ckpt_file_name: str, net: Any = None, strict_load: bool = False, *, weights_only: bool = True
+    ckpt_file_name: str,
+    net: Any = None,
+    strict_load: bool = False,
+    *,
+    choice_func: Callable[[str], bool] | None = None,
+    weights_only: bool = True,
 ) -> dict:
     """Read a checkpoint written by :func:`save_checkpoint` (or by Lightning).
+
+    As MindSpore's, the dict returned holds each ``append_info`` entry as a key of its own
+    (``param_dict["epoch_num"]``), and ``choice_func`` picks the parameters (and appended
+    entries) to return.
 
     Args:
         ckpt_file_name: the file: lit_amp's or Lightning's (``Trainer.save_checkpoint``,
@@ -189,16 +227,21 @@ def load_checkpoint(
             boost; strictly), a plain module its weights (:func:`load_param_into_net`).
         strict_load: for a plain module, every parameter must be found and nothing else
             (MindSpore's default False loads the matching ones and warns about the others).
+        choice_func: ``name -> bool``, MindSpore's: a parameter (under the network's own name,
+            e.g. ``"0.weight"``) or ``append_info`` entry is returned where it returns True,
+            removed where False. The optimizer state is kept whole.
         weights_only: unpickle tensors and plain containers only (safe for files from
             elsewhere); pass False only for a trusted file holding arbitrary objects.
 
     Returns:
         The checkpoint dict with the derived views ``"network"``, ``"optimizer"``,
-        ``"loss_scale"`` and ``"append_info"`` (:func:`checkpoint_views`).
+        ``"loss_scale"`` and ``"append_info"``, and each ``append_info`` entry as a key
+        (:func:`checkpoint_views`).
 
     Raises:
-        TypeError: ``ckpt_file_name`` is not a str path.
-        ValueError: the file does not exist or is not a checkpoint, or ``net`` is given and
+        TypeError: ``ckpt_file_name`` is not a str path; ``choice_func`` is not callable.
+        ValueError: the file does not exist or is not a checkpoint; ``choice_func`` leaves no
+            parameter and no entry (MindSpore's error too); ``net`` is given and
             the file holds none of its parameters (under any prefix; see
             :func:`load_param_into_net`).
         RuntimeError: ``net`` does not fit the file (missing or unexpected keys, other
@@ -209,11 +252,18 @@ def load_checkpoint(
             f"load_checkpoint: 'ckpt_file_name' must be a str path, but got "
             f"{ckpt_file_name!r} of type {type(ckpt_file_name).__name__}."
         )
+    if choice_func is not None and not callable(choice_func):
+        raise TypeError(
+            f"load_checkpoint: 'choice_func' must be a callable name -> bool or None, but got "
+            f"{choice_func!r} of type {type(choice_func).__name__}."
+        )
     path = os.fspath(ckpt_file_name)
     state = _read(path, weights_only)
     if ROWS_KEY in state:
         del state  # read again below, memory-mapped: its rows a part at a time
         state = _resolve_rows(path, weights_only)
+    if choice_func is not None:
+        state = _chosen(state, choice_func, path)
     state = checkpoint_views(state)
     if net is not None:
         _load_into(net, state, strict_load, repr(path))
@@ -222,6 +272,66 @@ def load_checkpoint(
 
 def _is_checkpoint(state: dict) -> bool:
     return isinstance(state.get("state_dict"), dict)
+
+
+def _prefix_of(state: dict) -> str:
+    """Where the network's names start in ``state["state_dict"]``."""
+    prefix = state.get(PREFIX_KEY)
+    if isinstance(prefix, str):
+        return prefix
+    return "network." if any(str(k).startswith("network.") for k in state["state_dict"]) else ""
+
+
+def _chosen(state: dict, choice_func: Callable[[str], Any], path: str) -> dict:
+    """``state`` with the weights and ``append_info`` entries ``choice_func`` rejects removed.
+
+    A weight is named as the network names it (the checkpoint's prefix removed); a key outside
+    that prefix which holds the same tensor as a rejected one (a ``LitModel``'s train cell
+    reaching the network by another path) goes with it; other keys are named in full.
+
+    Raises:
+        ValueError: nothing is left (MindSpore refuses an empty parameter dict too).
+    """
+    out = dict(state)
+    if not _is_checkpoint(state):  # a bare state dict: its keys are the names
+        out = {k: v for k, v in state.items() if not isinstance(k, str) or choice_func(k)}
+        kept = bool(out)
+    else:
+        sd, prefix = state["state_dict"], _prefix_of(state)
+        dropped: set[tuple[int, tuple]] = set()
+        keep: dict[Any, bool] = {}
+        for k, v in sd.items():
+            if isinstance(k, str) and k.startswith(prefix):
+                keep[k] = bool(choice_func(k[len(prefix):]))
+                if not keep[k] and torch.is_tensor(v) and v.numel():
+                    dropped.add((v.data_ptr(), tuple(v.shape)))
+        for k, v in sd.items():
+            if k not in keep:
+                twin = torch.is_tensor(v) and (v.data_ptr(), tuple(v.shape)) in dropped
+                keep[k] = not twin and (not isinstance(k, str) or bool(choice_func(k)))
+        filtered = copy.copy(sd)  # its type and metadata kept
+        for k in [k for k in sd if not keep[k]]:
+            del filtered[k]
+        out["state_dict"] = filtered
+        info = state.get("append_info")
+        if isinstance(info, dict):
+            out["append_info"] = {k: v for k, v in info.items() if choice_func(str(k))}
+        kept = bool(filtered) or bool(out.get("append_info"))
+    if not kept:
+        raise ValueError(
+            f"load_checkpoint: 'choice_func' kept no parameter of {path!r} (MindSpore refuses "
+            "an empty parameter dict too); it is called with the network's own names, e.g. "
+            f"{sorted(map(str, _names(state)))[:3]}."
+        )
+    return out
+
+
+def _names(state: dict) -> list:
+    if not _is_checkpoint(state):
+        return list(state)
+    prefix = _prefix_of(state)
+    return [k[len(prefix):] for k in state["state_dict"]
+            if isinstance(k, str) and k.startswith(prefix)]
 
 
 def _read(path: str, weights_only: bool, *, mmap: bool = False) -> dict:
@@ -350,8 +460,11 @@ def checkpoint_views(state: dict) -> dict:
     with the prefix ``lit_amp_network_prefix`` removed; without that key, ``network.`` --
     a ``LitModel``'s -- when present, else the whole ``state_dict``); ``"optimizer"``: the
     first of ``optimizer_states`` (None if none); ``"loss_scale"``: the loss-scale state (None
-    if none); ``"append_info"``: MindSpore's extra values (``{}`` if none). The views share
-    the tensors (no copy). A bare state dict (no ``"state_dict"``) is returned as it is.
+    if none); ``"append_info"``: MindSpore's extra values (``{}`` if none), each
+    also a key of its own as MindSpore's ``load_checkpoint`` returns them (``"epoch_num"``; the
+    checkpoint's own keys and the views win a clash, which :func:`checkpoint_payload` refuses
+    to write). The views share the tensors (no copy). A bare state dict (no ``"state_dict"``)
+    is returned as it is.
 
     Args:
         state: what ``torch.load`` returned for a checkpoint file.
@@ -369,9 +482,7 @@ def checkpoint_views(state: dict) -> dict:
     if not _is_checkpoint(state):
         return out  # a bare state dict: its entries are the weights
     sd = state["state_dict"]
-    prefix = state.get(PREFIX_KEY)
-    if not isinstance(prefix, str):
-        prefix = "network." if any(str(k).startswith("network.") for k in sd) else ""
+    prefix = _prefix_of(state)
     out["network"] = {k[len(prefix):]: v for k, v in sd.items()
                       if isinstance(k, str) and k.startswith(prefix)}
     opts = state.get("optimizer_states") or []
@@ -379,6 +490,9 @@ def checkpoint_views(state: dict) -> dict:
     out["loss_scale"] = state.get(LOSS_SCALE_KEY)
     if not isinstance(out.get("append_info"), dict):
         out["append_info"] = {}
+    for key, value in out["append_info"].items():
+        if isinstance(key, str) and key not in RESERVED_KEYS:
+            out.setdefault(key, value)
     return out
 
 
@@ -455,7 +569,38 @@ def _weights_of(parameter_dict: dict) -> dict:
     return parameter_dict
 
 
-def _load_into(net: Any, parameter_dict: dict, strict_load: bool, source: str) -> list[str]:
+def _load_optimizer(opt: torch.optim.Optimizer, parameter_dict: Any, source: str) -> None:
+    """Restore ``opt`` from a checkpoint dict's optimizer state (MindSpore's
+    ``load_param_into_net(optimizer, param_dict)``)."""
+    if not isinstance(parameter_dict, dict):
+        raise TypeError(
+            f"load_param_into_net: 'parameter_dict' must be a dict, but got "
+            f"{type(parameter_dict).__name__}."
+        )
+    if "state" in parameter_dict and "param_groups" in parameter_dict:
+        state = parameter_dict  # an optimizer's own state_dict()
+    elif _is_checkpoint(parameter_dict):
+        state = checkpoint_views(parameter_dict)["optimizer"]
+    else:
+        state = parameter_dict.get("optimizer")
+    if not isinstance(state, dict):
+        raise ValueError(
+            f"load_param_into_net: {source} holds no optimizer state to load into "
+            f"{type(opt).__name__} (a checkpoint of a network alone, or of a Model without an "
+            "optimizer); load it from a checkpoint ModelCheckpoint or Model wrote during training."
+        )
+    try:
+        opt.load_state_dict(state)
+    except (ValueError, KeyError, RuntimeError) as exc:
+        raise ValueError(f"load_param_into_net: the optimizer state of {source} does not fit "
+                         f"{type(opt).__name__}: {exc}") from exc
+
+
+def _load_into(net: Any, parameter_dict: dict, strict_load: bool,
+               source: str) -> tuple[list[str], list[str]]:
+    if isinstance(net, torch.optim.Optimizer):
+        _load_optimizer(net, parameter_dict, source)
+        return [], []
     if hasattr(net, "load_checkpoint_state") and isinstance(parameter_dict, dict) \
             and _is_checkpoint(parameter_dict):
         views = checkpoint_views(parameter_dict)
@@ -470,10 +615,11 @@ def _load_into(net: Any, parameter_dict: dict, strict_load: bool, source: str) -
             raise RuntimeError(
                 f"load_checkpoint: {source} does not fit {type(net).__name__}: {exc}"
             ) from exc
-        return []
+        return [], []
     if not isinstance(net, torch.nn.Module):
         raise TypeError(
-            f"load_param_into_net: 'net' must be a torch.nn.Module, but got {type(net).__name__}."
+            f"load_param_into_net: 'net' must be a torch.nn.Module or a torch optimizer, but "
+            f"got {type(net).__name__}."
         )
     if not isinstance(parameter_dict, dict):
         raise TypeError(
@@ -491,39 +637,50 @@ def _load_into(net: Any, parameter_dict: dict, strict_load: bool, source: str) -
                     "(e.g. %s); pass strict_load=True to refuse such a load.",
                     len(result.missing_keys), type(net).__name__, source,
                     result.missing_keys[:3])
-    return list(result.missing_keys)
+    return list(result.missing_keys), list(result.unexpected_keys)
 
 
-def load_param_into_net(net: Any, parameter_dict: dict, strict_load: bool = False) -> list[str]:
-    """Load a checkpoint dict (or a plain state dict) into ``net``.
+def load_param_into_net(
+    net: Any, parameter_dict: dict, strict_load: bool = False
+) -> tuple[list[str], list[str]]:
+    """Load a checkpoint dict (or a plain state dict) into ``net``, a module or an optimizer.
 
     With ``strict_load=False`` (MindSpore's default) the parameters found are loaded, the
     others keep their values and are returned (and logged as a warning); a dict that holds
     none of ``net``'s parameters is always an error.
+
+    A torch optimizer gets the checkpoint's optimizer state (``parameter_dict["optimizer"]``,
+    or an optimizer's own ``state_dict()``): momentum, THOR's step counter and factors, as
+    MindSpore's ``load_param_into_net(optimizer, param_dict)`` restores its ``global_step`` and
+    moments. The state loads whole or not at all.
 
     The weights are lit_amp's ``"network"`` entry, Lightning's ``"state_dict"`` or the dict
     itself; a prefix such as Lightning's ``network.`` (a ``LitModel``'s attribute path) is
     removed when ``net``'s names are found under it (:func:`network_state`).
 
     Args:
-        net: the module (or an object with ``load_checkpoint_state`` for lit_amp's files).
+        net: the module (or an object with ``load_checkpoint_state`` for lit_amp's files), or
+            a torch optimizer.
         parameter_dict: what :func:`load_checkpoint` returned, or a state dict.
         strict_load: every parameter of ``net`` must be found, and nothing else.
 
     Returns:
-        The names of ``net``'s parameters that were not found in ``parameter_dict``.
+        MindSpore's ``(param_not_load, ckpt_not_load)``: the names of ``net``'s parameters not
+        found in ``parameter_dict``, and the names of the weights there that ``net`` lacks
+        (under ``net``'s prefix). ``([], [])`` for an optimizer and for a whole-state load.
 
     Raises:
-        TypeError: ``net`` is not a module or ``parameter_dict`` not a dict.
+        TypeError: ``net`` is not a module or an optimizer, or ``parameter_dict`` not a dict.
         ValueError: not one of ``net``'s parameters is in ``parameter_dict`` (also with
-            ``strict_load=False``: a load that loads nothing is never silent).
+            ``strict_load=False``: a load that loads nothing is never silent); an optimizer
+            and a dict without optimizer state, or a state of another optimizer.
         RuntimeError: ``strict_load=True`` and keys are missing or unexpected, or a shape
             differs.
 
     Example:
         >>> net = torch.nn.Linear(2, 1)
         >>> load_param_into_net(net, {"network.weight": torch.ones(1, 2)})
-        ['bias']
+        (['bias'], [])
         >>> net.weight.tolist()
         [[1.0, 1.0]]
     """

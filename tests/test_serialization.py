@@ -61,8 +61,7 @@ def test_load_checkpoint_of_a_lightning_litmodel_loads_the_weights(tmp_path, str
 def test_load_param_into_net_strips_the_lightning_prefix(tmp_path):
     path, trained = _lightning_ckpt(tmp_path)
     fresh = make_net()
-    missing = load_param_into_net(fresh, load_checkpoint(path))
-    assert missing == []
+    assert load_param_into_net(fresh, load_checkpoint(path)) == ([], [])
     assert _same(fresh, trained)
 
 
@@ -90,7 +89,7 @@ def test_lit_amp_checkpoints_and_plain_state_dicts_still_load(tmp_path):
     load_checkpoint(path, net=dst, strict_load=True)
     assert _same(src, dst)
     dst2 = make_net()
-    assert load_param_into_net(dst2, src.state_dict(), strict_load=True) == []
+    assert load_param_into_net(dst2, src.state_dict(), strict_load=True) == ([], [])
     assert _same(src, dst2)
 
 
@@ -273,3 +272,77 @@ def test_a_chain_read_back_keeps_the_state_dicts_type_and_metadata(tmp_path):
     got = load_checkpoint(str(tmp_path / "b.ckpt"))["state_dict"]
     assert type(got) is OrderedDict and got._metadata == sd._metadata
     assert got["running_mean"].tolist() == [0.0, 1.0, 0.0]
+
+
+# ---------------------------------- MindSpore's load_checkpoint / load_param_into_net
+def _model_zoo_ckpt(tmp_path, append_info=("epoch_num", "step_num")):
+    """A ``Model.train`` run with ``ModelCheckpoint`` (2 epochs of 4 steps): the last file."""
+    from lit_amp import Model
+    from lit_amp.callbacks import CheckpointConfig, ModelCheckpoint
+
+    torch.manual_seed(0)
+    net = make_net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    config = CheckpointConfig(save_checkpoint_steps=4, append_info=list(append_info))
+    mc = ModelCheckpoint("zoo", str(tmp_path / "zoo"), config)
+    Model(net, nn.CrossEntropyLoss(), opt, trainer={"accelerator": "cpu"}).train(
+        2, loader(), callbacks=[mc])
+    return mc.latest_ckpt_file_name, net, opt
+
+
+def test_append_info_entries_are_top_level_keys_as_in_mindspore(tmp_path):
+    path, _, _ = _model_zoo_ckpt(tmp_path, ("epoch_num", "step_num", {"lr": 0.1, "tag": "a"}))
+    param_dict = load_checkpoint(path)
+    # MindSpore: int(param_dict["epoch_num"]), param_dict.get("step_num")
+    assert int(param_dict["epoch_num"]) == 2 and param_dict.get("step_num") == 8
+    assert (param_dict["lr"], param_dict["tag"]) == (0.1, "a")
+    assert param_dict["append_info"] == {"epoch_num": 2, "step_num": 8, "lr": 0.1, "tag": "a"}
+    assert param_dict["epoch"] == 1  # Lightning's own key keeps its meaning
+
+
+def test_an_append_dict_key_that_names_a_checkpoint_entry_is_refused(tmp_path):
+    for key in ("state_dict", "network", "epoch"):
+        with pytest.raises(ValueError, match=f"'{key}'"):
+            save_checkpoint(make_net(), str(tmp_path / "x"), {key: 1})
+    assert not (tmp_path / "x.ckpt").exists()
+
+
+def test_choice_func_keeps_the_parameters_it_returns_true_for(tmp_path):
+    path, trained, _ = _model_zoo_ckpt(tmp_path)
+    param_dict = load_checkpoint(path, choice_func=lambda name: name.startswith("0."))
+    assert sorted(param_dict["network"]) == ["0.bias", "0.weight"]
+    assert sorted(param_dict["state_dict"]) == ["network.0.bias", "network.0.weight"]
+    assert "epoch_num" not in param_dict and param_dict["append_info"] == {}  # filtered as well
+    fresh = make_net()
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    assert load_param_into_net(fresh, param_dict) == (["2.weight", "2.bias"], [])
+    assert torch.equal(fresh[0].weight, trained[0].weight)
+    assert torch.equal(fresh[2].weight, before["2.weight"])  # not chosen: not loaded
+    kept = load_checkpoint(path, choice_func=lambda name: name == "epoch_num")
+    assert kept["epoch_num"] == 2 and "step_num" not in kept
+
+
+def test_choice_func_errors_match_mindspore(tmp_path):
+    path, _, _ = _model_zoo_ckpt(tmp_path)
+    with pytest.raises(ValueError, match="choice_func"):
+        load_checkpoint(path, choice_func=lambda name: False)  # an empty dict: MindSpore too
+    with pytest.raises(TypeError, match="choice_func"):
+        load_checkpoint(path, choice_func="0.")
+
+
+def test_load_param_into_net_returns_param_not_load_and_ckpt_not_load():
+    sd = {"weight": torch.ones(1, 2), "extra": torch.ones(3)}
+    assert load_param_into_net(nn.Linear(2, 1), sd) == (["bias"], ["extra"])
+
+
+def test_load_param_into_net_restores_an_optimizers_state(tmp_path):
+    path, net, opt = _model_zoo_ckpt(tmp_path)
+    param_dict = load_checkpoint(path)
+    fresh = make_net()
+    fresh_opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
+    assert load_param_into_net(fresh, param_dict) == ([], [])
+    assert load_param_into_net(fresh_opt, param_dict) == ([], [])  # MindSpore's way
+    for p, q in zip(opt.param_groups[0]["params"], fresh_opt.param_groups[0]["params"]):
+        assert torch.equal(opt.state[p]["momentum_buffer"], fresh_opt.state[q]["momentum_buffer"])
+    with pytest.raises(ValueError, match="no optimizer state"):
+        load_param_into_net(fresh_opt, load_checkpoint(save_checkpoint(net, str(tmp_path / "n"))))

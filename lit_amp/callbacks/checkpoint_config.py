@@ -20,6 +20,7 @@ from lit_amp._validation import (
     check_type,
     value_error,
 )
+from lit_amp.serialization import RESERVED_KEYS
 
 __all__ = ["CheckpointConfig"]
 
@@ -71,6 +72,12 @@ def _append_dict(append_info: Any) -> dict[str, Any] | None:
                         "to int, float, bool, str or torch.Tensor, but got key "
                         f"{key!r} ({type(key).__name__}) with a value of type "
                         f"{type(value).__name__}."
+                    )
+                if key in RESERVED_KEYS:
+                    raise ValueError(
+                        f"For '{owner}', the dict in the argument 'append_info' may not use the "
+                        f"key {key!r}: load_checkpoint returns each entry as a key of its own, "
+                        "and that one names an entry of the checkpoint dict."
                     )
                 result[key] = value
         else:

@@ -68,6 +68,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -317,10 +318,22 @@ class THOR(Optimizer):
         """Whether the next step refreshes the factors (its statistics hooks are installed)."""
         return self._stats_active
 
+    #: the step at which index 0 of the per-step ``learning_rate`` / ``damping`` array sits: 0,
+    #: or the cut point of an array cut at the resume step (:meth:`load_state_dict`)
+    _lr_start = 0
+    _damping_start = 0
+
+    def _lr_at(self, step: int) -> float:
+        assert self._lr_sched is not None
+        return self._lr_sched.at(step - self._lr_start)
+
+    def _damping_at(self, step: int) -> float:
+        return self._damping.at(step - self._damping_start)
+
     def current_lr(self) -> float:
         """The learning rate the next step uses."""
         if self._lr_sched is not None:
-            return self._lr_sched.at(self.steps)
+            return self._lr_at(self.steps)
         return float(self.param_groups[0]["lr"])
 
     def _grad_scale_value(self) -> float:
@@ -385,8 +398,8 @@ class THOR(Optimizer):
                 loss = closure()
         k = self.steps
         if self._stats_active:
-            self._refresh(self._damping.at(k))
-        lr_k = self._lr_sched.at(k) if self._lr_sched is not None else None
+            self._refresh(self._damping_at(k))
+        lr_k = self._lr_at(k) if self._lr_sched is not None else None
         for group in self.param_groups:
             if lr_k is not None:
                 group["lr"] = lr_k
@@ -442,7 +455,7 @@ class THOR(Optimizer):
                 if j >= 0:
                     grads[j] = b
         if norms:
-            sqrt_damp = math.sqrt(self._damping.at(k))
+            sqrt_damp = math.sqrt(self._damping_at(k))
             for i in norms:
                 g = grads[i]
                 grads[i] = g / (g * g / self.batch_size + sqrt_damp)
@@ -562,14 +575,33 @@ class THOR(Optimizer):
             "inversions": self.inversions,
             "inversion_flops": self.inversion_flops,
             "layers": [lf.state_dict() for lf in self.layers],
+            # the per-step arrays (MindSpore's checkpoint holds its ``learning_rate`` too)
+            "schedules": {
+                "learning_rate": _array_state(self._lr, self._lr_start),
+                "damping": _array_state(self._damping, self._damping_start),
+            },
         }
         return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (a plain torch optimizer state restores momentum only).
 
+        The step counter is restored (MindSpore's ``global_step``), and a per-step
+        ``learning_rate`` / ``damping`` array is placed so that each step takes the rate of the
+        run that wrote the state:
+
+        - the array the state was saved with: the counter indexes it (step ``s`` takes
+          ``array[s]``, MindSpore's ``learning_rate[global_step]``);
+        - that run's array cut at another step ``k`` (the model zoo's ``get_thor_lr(k, ...)``
+          returns the values from step ``k`` on; ``k <=`` the counter), or the whole array
+          where the state was saved with a cut one (``k = 0``): step ``s`` takes
+          ``array[s - k]``, the uninterrupted run's rate (MindSpore refuses the load: the
+          ``learning_rate`` shapes differ);
+        - any other array: the counter indexes it, and a UserWarning says so.
+
         Raises:
-            ValueError: the saved THOR state has a different number of layers.
+            ValueError: the saved THOR state has a different number of layers; an array cut
+                after the step the state was saved at.
         """
         state_dict = dict(state_dict)
         thor_state = state_dict.pop("thor", None)
@@ -579,12 +611,18 @@ class THOR(Optimizer):
                 f"preconditioned layers but this optimizer has {len(self.layers)}; was it built "
                 "on the same network?"
             )
+        starts = (0, 0)
+        if thor_state is not None:  # checked before anything is loaded
+            saved = thor_state.get("schedules") or {}
+            starts = (_placed(self._lr, saved.get("learning_rate"), int(thor_state["steps"])),
+                      _placed(self._damping, saved.get("damping"), int(thor_state["steps"])))
         super().load_state_dict(state_dict)
         if thor_state is None:
             return
         layers = thor_state["layers"]
         for lf, st in zip(self.layers, layers):
             lf.load_state_dict(st)
+        self._lr_start, self._damping_start = starts
         self.steps = int(thor_state["steps"])
         self.refreshes = int(thor_state.get("refreshes", 0))
         self.inversions = int(thor_state.get("inversions", 0))
@@ -605,6 +643,43 @@ class THOR(Optimizer):
             f"split_dim={self.split_dim}, factor_decay={self.factor_decay}, "
             f"trace_thresholds={self.trace_thresholds}, steps={self.steps})"
         )
+
+
+def _array_state(schedule: Any, start: int) -> dict[str, Any] | None:
+    """A per-step array (float64, exact) and the step of its index 0; None for other forms."""
+    if schedule.values is None:
+        return None
+    return {"values": torch.tensor(schedule.values, dtype=torch.float64), "start": start}
+
+
+def _placed(schedule: Any, saved: Any, steps: int) -> int:
+    """The step at which index 0 of ``schedule``'s per-step array sits after a load of a state
+    saved at ``steps`` with the array ``saved`` (:meth:`THOR.load_state_dict`'s rules)."""
+    if schedule.values is None or not isinstance(saved, dict):
+        return 0  # a float or a callable; a state written before the arrays were saved
+    theirs, start = saved["values"].tolist(), int(saved.get("start", 0))
+    mine = schedule.values
+    if mine == theirs:
+        return start
+    cut = len(theirs) - len(mine)  # both run to the same last step: mine starts ``cut`` later
+    aligned = theirs[cut:] == mine if cut >= 0 else mine[-cut:] == theirs
+    if not aligned or start + cut < 0:
+        warnings.warn(
+            f"THOR.load_state_dict: the per-step '{schedule.name}' array this optimizer was "
+            f"built with ({len(mine)} values) is neither the checkpoint's ({len(theirs)} values) "
+            f"nor that array cut at a step; it is indexed by the restored step counter "
+            f"({steps}) as an array covering the whole run from step 0.",
+            UserWarning, stacklevel=3,
+        )
+        return 0
+    if start + cut > steps:
+        raise ValueError(
+            f"THOR.load_state_dict: the per-step '{schedule.name}' array this optimizer was "
+            f"built with is the checkpoint's array from step {start + cut} on, but the "
+            f"checkpoint was saved at step {steps}: cut the array at the checkpoint's step "
+            f"(get_thor_lr({steps}, ...)), or pass the whole array."
+        )
+    return start + cut
 
 
 def thor(net: nn.Module, *args: Any, **kwargs: Any) -> THOR:

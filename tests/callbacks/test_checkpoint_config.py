@@ -44,6 +44,7 @@ def test_checkpoint_config_normalisation() -> None:
         ({"append_info": "epoch_num"}, TypeError, "append_info"),
         ({"append_info": ["epoch"]}, ValueError, "append_info.*'epoch'"),
         ({"append_info": [3]}, TypeError, "append_info"),
+        ({"append_info": [{"global_step": 3}]}, ValueError, "append_info.*'global_step'"),
         ({"append_info": [{"a": 1}, {"b": 2}]}, TypeError, "at most one dict"),
         ({"append_info": [{1: 1}]}, TypeError, "append_info"),
         ({"append_info": [{"a": [1]}]}, TypeError, "append_info"),

@@ -58,7 +58,7 @@ def test_device_checkpoints_load_on_cpu_and_device_and_resume(tmp_path, device, 
     state = load_checkpoint(final)
     assert all(v.device.type == "cpu" for v in state["network"].values())
     cpu_net = make_net()
-    assert load_param_into_net(cpu_net, state, strict_load=True) == []
+    assert load_param_into_net(cpu_net, state, strict_load=True) == ([], [])
     assert _max_diff(cpu_net, net) == 0.0
     assert state["loss_scale"] == model.lit_model.loss_scale.state_dict()
 

@@ -173,3 +173,51 @@ def test_thor_with_a_per_step_lr_array_resumes_at_its_step(tmp_path):
     assert opt.steps == 2 * STEPS and opt.current_lr() == pytest.approx(float(lrs[2 * STEPS]))
     resumed.train(EPOCHS, _data(), initial_epoch=param_dict["append_info"]["epoch_num"])
     assert _equal_weights(net, ref_net)
+
+
+class _LrLog(Callback):
+    """The learning rate of each step, by its step of the whole run (THOR writes the step's rate
+    into its param group; a resumed run's ``cur_step_num`` starts at 1 again, as MindSpore's)."""
+
+    def __init__(self, opt) -> None:
+        self.opt, self.lr = opt, {}
+
+    def on_train_step_end(self, run_context) -> None:
+        cb = run_context.original_args()
+        step = (cb.cur_epoch_num - 1) * STEPS + (cb.cur_step_num - 1) % STEPS + 1
+        self.lr[step] = self.opt.param_groups[0]["lr"]
+
+
+@pytest.mark.parametrize("load", ["load_param_into_net", "load_state_dict", "network_only"])
+def test_thor_with_an_lr_array_cut_at_the_resume_point_takes_the_uninterrupted_runs_lr(
+        tmp_path, load):
+    """The model zoo builds ``get_thor_lr(start_epoch * steps, ...)``: the array from the resume
+    point on. With THOR's restored step counter each step still takes the uninterrupted run's
+    rate (issue #51: the counter indexed the cut array, applying the offset twice)."""
+    from lit_amp.thor import get_thor_damping, get_thor_lr, thor
+
+    def build(global_step: int):
+        torch.manual_seed(0)
+        net = make_net()
+        lr = get_thor_lr(global_step, 0.1, 2.0, EPOCHS + 1, STEPS, decay_epochs=3)
+        damping = get_thor_damping(global_step, 0.03, 0.5, EPOCHS + 1, STEPS)
+        opt = thor(net, lr, damping, 0.9, frequency=2)
+        return Model(net, nn.CrossEntropyLoss(), opt, trainer={"accelerator": "cpu"}), net, opt
+
+    ref, ref_net, ref_opt = build(0)
+    ref_log = _LrLog(ref_opt)
+    ref.train(EPOCHS, _data(), callbacks=[ref_log, _checkpoints(tmp_path, "t")])
+    param_dict = load_checkpoint(str(tmp_path / "t" / f"t-2_{STEPS}.ckpt"))
+    start_epoch = int(param_dict["epoch_num"])  # MindSpore's key
+    resumed, net, opt = build(start_epoch * STEPS)
+    load_param_into_net(net, param_dict)
+    if load == "load_param_into_net":
+        assert load_param_into_net(opt, param_dict) == ([], [])
+    elif load == "load_state_dict":
+        opt.load_state_dict(param_dict["optimizer"])
+    log = _LrLog(opt)
+    resumed.train(EPOCHS, _data(), callbacks=[log], initial_epoch=start_epoch)
+    assert sorted(log.lr) == list(range(start_epoch * STEPS + 1, EPOCHS * STEPS + 1))
+    assert log.lr == {step: ref_log.lr[step] for step in log.lr}
+    if load != "network_only":  # the whole state: the uninterrupted run's weights too
+        assert opt.steps == ref_opt.steps and _equal_weights(net, ref_net)

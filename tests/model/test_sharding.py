@@ -96,7 +96,7 @@ def _load(path: Path) -> nn.Module:
     from lit_amp import load_checkpoint, load_param_into_net
 
     net = _net(seed=1)  # other initial weights: everything must come from the file
-    missing = load_param_into_net(net, load_checkpoint(str(path)), strict_load=True)
+    missing, _ = load_param_into_net(net, load_checkpoint(str(path)), strict_load=True)
     assert not missing
     return net
 

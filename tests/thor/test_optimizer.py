@@ -303,3 +303,45 @@ def test_closure_and_conv1d_network():
 
     losses = [float(opt.step(closure).detach()) for _ in range(6)]
     assert losses[-1] < losses[0] and len(opt.layers) == 2
+
+
+def test_a_restored_step_counter_places_a_per_step_array_cut_at_the_resume_step():
+    """Issue #51: the model zoo cuts its arrays at the resume step (``get_thor_lr(k, ...)``);
+    with the counter restored, each step still takes the uninterrupted run's values."""
+    from lit_amp.thor import get_thor_damping, get_thor_lr
+
+    def lr(start: int) -> torch.Tensor:
+        return get_thor_lr(start, 0.1, 2.0, 4, 3)  # 12 steps
+
+    def damping(start: int) -> torch.Tensor:
+        return get_thor_damping(start, 0.03, 0.5, 4, 3)
+
+    def resumed(state, lr_array, damping_array=None):
+        opt = thor(_net(), lr_array, damping(0) if damping_array is None else damping_array,
+                   0.9, frequency=2)
+        opt.load_state_dict(state)
+        return opt
+
+    net = _net()
+    opt = thor(net, lr(0), damping(0), 0.9, frequency=2)
+    _train(net, opt, 6)
+    state = opt.state_dict()
+    full = lr(0)
+    assert resumed(state, full).current_lr() == float(full[6])  # the saved array: [counter]
+    cut = resumed(state, lr(6), damping(6))  # cut at the resume step
+    assert (cut.steps, cut.current_lr(), cut._damping_at(6)) == (6, float(full[6]),
+                                                                  float(damping(0)[6]))
+    assert resumed(state, lr(4)).current_lr() == float(full[6])  # cut before it
+    with pytest.raises(ValueError, match="from step 9 on.*saved at step 6"):
+        resumed(state, lr(9))  # cut after it: steps 6..8 have no rate
+    with pytest.warns(UserWarning, match="indexed by the restored step counter"):
+        other = resumed(state, full * 0.5)
+    assert other.current_lr() == float(full[6] * 0.5)
+    # a resumed run's state places its cut array again; a state without arrays (written
+    # before they were saved) lets the counter index the array, as before
+    again = cut.state_dict()
+    again["thor"]["steps"] = 9
+    assert resumed(again, lr(9)).current_lr() == float(full[9])
+    assert resumed(again, full).current_lr() == float(full[9])
+    old = {**state, "thor": {k: v for k, v in state["thor"].items() if k != "schedules"}}
+    assert resumed(old, lr(3)).current_lr() == float(lr(3)[6])
