@@ -26,6 +26,7 @@ import re
 import stat
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -164,14 +165,23 @@ class ModelCheckpoint(Callback):
     are the train ones (``on_train_step_end``/``on_train_end``), so a stand-alone ``eval`` never
     writes checkpoints.
 
+    A callable ``prefix`` (MindSpore 2.10's ``Union[str, callable]``) is called with
+    ``cb_params`` at each train step end and must return a str without '/'; the file is then
+    ``{prefix(cb_params)}.ckpt`` (no epoch and step: a constant prefix rewrites one file), the
+    ``prefix_{N}`` rule and ``keep_checkpoint_max`` do not apply, and a breakpoint checkpoint
+    is ``{prefix}-{cur_epoch_num}_{step_in_epoch}_breakpoint.ckpt`` with the prefix it last
+    returned.
+
     Args:
-        prefix: the file name prefix; a str without '/'.
+        prefix: the file name prefix: a str without '/', or a callable
+            ``(cb_params) -> str``.
         directory: the folder for the files (created if missing); None is the current working
             directory.
         config: a :class:`CheckpointConfig`; None uses the default (save every step, keep 5).
 
     Raises:
-        ValueError: ``prefix`` is not a str or contains '/'.
+        ValueError: ``prefix`` is neither a callable nor a str without '/'; at a step end, a
+            callable ``prefix`` returned something else.
         TypeError: ``directory`` is not a str path (MindSpore 2.10's type); ``config`` is not
             a :class:`CheckpointConfig`.
 
@@ -185,12 +195,15 @@ class ModelCheckpoint(Callback):
 
     def __init__(
         self,
-        prefix: str = "CKP",
+        prefix: str | Callable[[Any], str] = "CKP",
         directory: str | os.PathLike | None = None,
         config: CheckpointConfig | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(prefix, str) or "/" in prefix or os.sep in prefix or not prefix:
+        self._prefix_func = prefix if callable(prefix) else None
+        if self._prefix_func is None and (
+            not isinstance(prefix, str) or "/" in prefix or os.sep in prefix or not prefix
+        ):
             raise ValueError(
                 "For 'ModelCheckpoint', the argument 'prefix' must be a non-empty str without "
                 f"'/', but got {prefix!r}."
@@ -214,10 +227,15 @@ class ModelCheckpoint(Callback):
         self._config = config
         # this callback's file names, whatever prefix_N MindSpore's rule picks (temps of a
         # killed write are removed at train begin)
-        self._own_files = re.compile(
-            rf"{re.escape(prefix)}(_\d+)?-\d+_\d+(_breakpoint)?\.ckpt")
-        self._prefix = _changed_prefix(self._directory, prefix)
-        self._exception_prefix = _changed_prefix(self._directory, prefix, exception=True)
+        if self._prefix_func is None:
+            self._own_files: re.Pattern[str] | None = re.compile(
+                rf"{re.escape(prefix)}(_\d+)?-\d+_\d+(_breakpoint)?\.ckpt")
+            self._prefix = _changed_prefix(self._directory, prefix)
+            self._exception_prefix = _changed_prefix(self._directory, prefix, exception=True)
+        else:  # names known only once it is called
+            self._own_files = None
+            self._prefix = self._exception_prefix = ""
+
         self._manager = _CheckpointManager()
         self._append_dict: dict[str, Any] = dict(config.append_dict or {})
         self._append_epoch_num = self._append_dict.get("epoch_num", 0)
@@ -241,7 +259,8 @@ class ModelCheckpoint(Callback):
 
     @property
     def prefix(self) -> str:
-        """The file prefix actually used (``prefix_{N}`` when files with the prefix existed)."""
+        """The file prefix actually used (``prefix_{N}`` when files with the prefix existed; for a
+        callable ``prefix``, what it last returned, '' before the first step)."""
         return self._prefix
 
     @property
@@ -252,9 +271,10 @@ class ModelCheckpoint(Callback):
     def on_train_begin(self, run_context: RunContext) -> None:
         """Start the clocks and the step counter of this run; on rank 0 remove the temp files
         a killed write of this callback left in ``directory``."""
-        if is_rank_zero(run_context.original_args()):
+        if self._own_files is not None and is_rank_zero(run_context.original_args()):
+            own = self._own_files
             removed = remove_stale_temps(
-                self._directory, lambda name: self._own_files.fullmatch(name) is not None)
+                self._directory, lambda name: own.fullmatch(name) is not None)
             if removed:
                 log.info("ModelCheckpoint: removed %d temp file(s) of an interrupted write: %s",
                          len(removed), ", ".join(os.path.basename(p) for p in removed))
@@ -263,8 +283,11 @@ class ModelCheckpoint(Callback):
         self._last_time_for_keep = time.time()
 
     def on_train_step_end(self, run_context: RunContext) -> None:
-        """Save a checkpoint if the step or time trigger fired."""
-        self._save_ckpt(run_context.original_args())
+        """Call a callable ``prefix``, then save a checkpoint if the step or time trigger fired."""
+        cb_params = run_context.original_args()
+        if self._prefix_func is not None:
+            self._prefix = self._exception_prefix = self._call_prefix(cb_params)
+        self._save_ckpt(cb_params)
 
     def on_train_end(self, run_context: RunContext) -> None:
         """Save the last checkpoint unless this step was saved already, then wait for writes."""
@@ -283,6 +306,8 @@ class ModelCheckpoint(Callback):
         """
         self._join()
         epoch, step_in_epoch = self._epoch_and_step(cb_params)
+        if self._prefix_func is not None and not self._exception_prefix:  # before any step end
+            self._exception_prefix = self._call_prefix(cb_params)
         name = f"{self._exception_prefix}-{epoch}_{step_in_epoch}{_BREAKPOINT_SUFFIX}"
         path = os.path.join(self._directory, name)
         if not is_rank_zero(cb_params):
@@ -302,6 +327,17 @@ class ModelCheckpoint(Callback):
         return path
 
     # internals
+    def _call_prefix(self, cb_params: dict) -> str:
+        assert self._prefix_func is not None
+        prefix = self._prefix_func(cb_params)
+        if not isinstance(prefix, str) or "/" in prefix or os.sep in prefix or not prefix:
+            raise ValueError(  # MindSpore 2.10's type and wording
+                "For 'ModelCheckpoint', the argument 'prefix' for checkpoint file name is "
+                "callable, it must return a non-empty string that does not contain '/', but got "
+                f"{prefix!r}."
+            )
+        return prefix
+
     @staticmethod
     def _epoch_and_step(cb_params: dict) -> tuple[int, int]:
         cur_step = int(cb_params.get("cur_step_num", 0))
@@ -355,7 +391,9 @@ class ModelCheckpoint(Callback):
             return
         self._join()
         epoch, step_in_epoch = self._epoch_and_step(cb_params)
-        path = os.path.join(self._directory, f"{self._prefix}-{epoch}_{step_in_epoch}.ckpt")
+        name = (f"{self._prefix}.ckpt" if self._prefix_func is not None
+                else f"{self._prefix}-{epoch}_{step_in_epoch}.ckpt")
+        path = os.path.join(self._directory, name)
         rank_zero = is_rank_zero(cb_params)
         if rank_zero:
             os.makedirs(self._directory, exist_ok=True)

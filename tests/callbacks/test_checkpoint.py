@@ -249,3 +249,42 @@ def test_breakpoint_under_fsdp2_is_skipped_with_a_warning_instead_of_hanging(tmp
 
     results = run_distributed(_breakpoint_worker, world=2, args=(str(tmp_path),))
     assert results[0] == [None] and results[1] == [None]
+
+
+def test_checkpoint_callable_prefix_matches_mindspore(tmp_path: Any) -> None:
+    """Issue #48 item 7. Recorded from mindspore 2.10 (Model.train, 2 epochs of 2 batches,
+    save_checkpoint_steps=1, keep_checkpoint_max=1): a callable prefix is called with cb_params
+    at each step end ((epoch, step) = (1, 1), (1, 2), (2, 3), (2, 4)); the files are
+    ``{prefix}.ckpt`` (net_e1.ckpt, net_e2.ckpt: keep_checkpoint_max does not apply); a
+    constant prefix rewrites one file; a return value that is not a str without '/' ("a/b",
+    3) is a ValueError at the first step end, before any file is written."""
+    calls: list[tuple[int, int]] = []
+
+    def prefix(cb: Any) -> str:
+        calls.append((cb.cur_epoch_num, cb.cur_step_num))
+        return f"net_e{cb.cur_epoch_num}"
+
+    mc = ModelCheckpoint(prefix=prefix, directory=tmp_path / "a",
+                         config=CheckpointConfig(save_checkpoint_steps=1, keep_checkpoint_max=1))
+    simulate_train([mc], epochs=2, batches=2)
+    assert calls == [(1, 1), (1, 2), (2, 3), (2, 4)]
+    assert ckpts(tmp_path / "a") == {"net_e1.ckpt", "net_e2.ckpt"}
+    assert mc.latest_ckpt_file_name == os.path.join(tmp_path / "a", "net_e2.ckpt")
+    assert mc.prefix == "net_e2"
+    fixed = ModelCheckpoint(prefix=lambda cb: "fixed", directory=tmp_path / "b")
+    simulate_train([fixed], epochs=2, batches=2)
+    assert ckpts(tmp_path / "b") == {"fixed.ckpt"}
+    for bad in ("a/b", 3):
+        mc = ModelCheckpoint(prefix=lambda cb, bad=bad: bad, directory=tmp_path / "c")
+        with pytest.raises(ValueError, match="'prefix' for checkpoint file name is callable"):
+            simulate_train([mc], epochs=1, batches=2)
+        assert ckpts(tmp_path / "c") == set()
+
+
+def test_checkpoint_callable_prefix_breakpoint(tmp_path: Any) -> None:
+    mc = ModelCheckpoint(prefix=lambda cb: f"run{cb.cur_epoch_num}", directory=tmp_path,
+                         config=CheckpointConfig(save_checkpoint_steps=100, exception_save=True))
+    run = simulate_train([mc], epochs=2, batches=3)
+    assert ckpts(tmp_path) == {"run2.ckpt"}  # the save at train end
+    path = mc.save_breakpoint(run.cb)
+    assert path == os.path.join(tmp_path, "run2-2_3_breakpoint.ckpt")
