@@ -7,14 +7,21 @@ never sees half-written files. Files are read in name order (name them with a ze
 sequence number or a timestamp); a file that lands late with a smaller name is still read,
 because the cursor is the *set* of consumed files, not a high-water mark.
 
+Only regular files are read. A symbolic link is never followed (a loop, a dangling link or a
+link out of the folder alike): it is dead-lettered once, by name, and skipped, as are FIFOs,
+sockets and folders. A file name that is not valid UTF-8 is read like any other (Python's
+``surrogateescape`` str of the name; :func:`shard_of` hashes the name's bytes).
+
 The stream ends when ``end_marker`` exists and every file of this shard is consumed, or after
 ``max_idle_s`` without a new file; otherwise it polls forever.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 import time
 import zlib
 from collections import deque
@@ -39,16 +46,28 @@ _READ_TRIES = 4  # attempts at reading a file that fails with an OSError (permis
 _RETRY_S = 0.25  # ... the n-th retry waits n * _RETRY_S seconds
 _RETRY = object()  # _read's answer: not read now, try again later
 _GONE = object()  # _read's answer: the file vanished; read it if it reappears
+_SKIP = object()  # _read's answer: not a regular file (now a symlink): skipped, not consumed
+_SYMLINK = "a symbolic link (not followed: only regular files are read; skipped)"
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _open_no_follow(path: str, flags: int) -> int:
+    """``open``'s opener: fails with ``ELOOP`` on a link, never blocks on a FIFO."""
+    return os.open(path, flags | _NO_FOLLOW)
 
 
 def shard_of(name: str, num_shards: int) -> int:
     """The shard a file belongs to: ``crc32(name) % num_shards`` (stable as the folder grows).
 
+    The CRC is of the name's bytes on disk (UTF-8, or the raw bytes of a name that is not
+    valid UTF-8, which ``os.listdir`` gives as a str with lone surrogates), so every name has
+    a shard.
+
     Example:
         >>> shard_of("part-000001.npz", 1)
         0
     """
-    return zlib.crc32(name.encode()) % num_shards
+    return zlib.crc32(name.encode("utf-8", "surrogateescape")) % num_shards
 
 
 def write_shard(
@@ -148,6 +167,10 @@ class DirectorySource(StreamSource):
     Malformed records (bad JSON, missing or ill-typed fields, a label other than 0/1, a
     non-finite dense value) and unreadable files go to the dead-letter file with
     ``{"file", "row"}`` positions (``"row": null`` for a whole file), and are skipped.
+    Only regular files are read: a symbolic link (even one to a good file), a FIFO, a socket
+    or a folder with a readable name is dead-lettered once by name (never its target's
+    content) and skipped; a file swapped for a link between the listing and the read is
+    not followed either (``O_NOFOLLOW``).
 
     Args:
         directory: the folder to tail (it may not exist yet).
@@ -343,18 +366,36 @@ class DirectorySource(StreamSource):
             with os.scandir(self.directory) as it:
                 names = []
                 for e in it:
-                    if e.is_file() or not self._wanted(e.name):
+                    if not self._wanted(e.name):
                         names.append(e.name)
-                    elif e.name not in self._special:  # a FIFO, socket, folder: never opened
-                        self._special.add(e.name)
-                        self.dead_letter.write({"file": e.name, "row": None},
-                                               "not a regular file (skipped)", e.path)
+                        continue
+                    try:  # never follows a link: a loop (ELOOP) cannot raise here
+                        link = e.is_symlink()
+                        regular = not link and e.is_file(follow_symlinks=False)
+                    except OSError:  # vanished or unreadable entry: seen at the next listing
+                        continue
+                    if regular:
+                        names.append(e.name)
+                        self._special.discard(e.name)  # e.g. a link replaced by a file
+                    else:  # a symlink, FIFO, socket, folder: never opened
+                        self._skip_special(e.name, _SYMLINK if link else None)
         except FileNotFoundError:
             if not self._missing_logged:
                 log.info("DirectorySource: %s does not exist yet; waiting.", self.directory)
                 self._missing_logged = True
             return None
         return names
+
+    def _skip_special(self, name: str, why: str | None = None) -> None:
+        """Dead-letter a name that is not a regular file, once (by name: never its content)."""
+        self._failures.pop(name, None)  # a retried file now a link: no longer retried
+        self._retry_at.pop(name, None)
+        if name in self._special:
+            return
+        self._special.add(name)
+        self.dead_letter.write({"file": name, "row": None},
+                               why or "not a regular file (skipped)",
+                               os.path.join(self.directory, name))
 
     def _wanted(self, name: str) -> bool:
         return name[0] not in "._" and name.endswith(self.suffixes)
@@ -375,7 +416,7 @@ class DirectorySource(StreamSource):
         replaced = set()
         for name in list(self._sigs):
             try:
-                st = os.stat(os.path.join(self.directory, name))
+                st = os.lstat(os.path.join(self.directory, name))
             except OSError:
                 del self._sigs[name]  # gone: forget it
                 self._sigs_view = None
@@ -391,21 +432,33 @@ class DirectorySource(StreamSource):
         path = os.path.join(self.directory, name)
         schema = self.schema
         try:
-            st = os.stat(path)
-            self._sigs[name] = identity(st)
-            self._sigs_view = None
-            if name.endswith(".jsonl"):
-                with open(path, "rb") as f:
+            try:  # O_NOFOLLOW: a file swapped for a link since the listing is not followed
+                f = open(path, "rb", opener=_open_no_follow)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                self._skip_special(name, _SYMLINK)
+                return _SKIP
+            with f:
+                fd = f.fileno()
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):  # a FIFO or folder swapped in since
+                    self._skip_special(name)
+                    return _SKIP
+                self._sigs[name] = identity(st)
+                self._sigs_view = None
+                if name.endswith(".jsonl"):
                     lines = f.read().splitlines()
-                cols, index, bad = schema.parse_json_lines(lines)
-                n_total = len(lines)
-            elif name.endswith(".npz"):
-                cols, index, bad, n_total = schema.check_columns(read_npz(path))
-            else:
-                arrays = torch.load(path, map_location="cpu", weights_only=True)
-                if not isinstance(arrays, dict):
-                    raise ValueError(f"a .pt shard must hold a dict, got {type(arrays).__name__}")
-                cols, index, bad, n_total = schema.check_columns(arrays)
+                    cols, index, bad = schema.parse_json_lines(lines)
+                    n_total = len(lines)
+                elif name.endswith(".npz"):
+                    cols, index, bad, n_total = schema.check_columns(read_npz(fd))
+                else:
+                    arrays = torch.load(f, map_location="cpu", weights_only=True)
+                    if not isinstance(arrays, dict):
+                        raise ValueError(
+                            f"a .pt shard must hold a dict, got {type(arrays).__name__}")
+                    cols, index, bad, n_total = schema.check_columns(arrays)
         except FileNotFoundError:  # not consumed: a file that reappears is read then
             log.warning("DirectorySource: %s vanished before it was read; it is read if it "
                         "reappears.", path)
@@ -555,7 +608,7 @@ class _Tail:
             self.queued.discard(name)
             self.last_new = time.monotonic()
             opened = self.source._read(name, self.partial.get(name, 0))
-            if opened is _RETRY or opened is _GONE:
+            if opened is _RETRY or opened is _GONE or opened is _SKIP:
                 continue
             if opened is None or opened.remaining == 0:
                 self._consumed(name)

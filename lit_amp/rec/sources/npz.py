@@ -40,9 +40,13 @@ class _Slow(Exception):
     """Not a file of the fast path: ``np.load`` reads it."""
 
 
-def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+def read_npz(path: str | os.PathLike | int) -> dict[str, np.ndarray]:
     """The arrays of the ``.npz`` file at ``path``: ``{name: array}`` as
     ``np.load(path, allow_pickle=False)`` gives them.
+
+    Args:
+        path: the file, or a file descriptor open for reading (read from offset 0 whatever
+            its position; left open).
 
     Raises:
         What ``np.load`` raises for the file (a corrupt or truncated file, a pickled array).
@@ -54,13 +58,20 @@ def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
         >>> {k: v.tolist() for k, v in read_npz(path).items()}
         {'x': [0, 1, 2], 'y': [[1.0, 1.0], [1.0, 1.0]]}
     """
-    fd = os.open(path, os.O_RDONLY)
+    given = isinstance(path, int)
+    fd = path if given else os.open(path, os.O_RDONLY)
     try:
         return _arrays(fd)
     except (_Slow, struct.error, ValueError, TypeError, KeyError, IndexError):
         pass
     finally:
-        os.close(fd)
+        if not given:
+            os.close(fd)
+    if given:  # np.load reads a file object from its position: a copy of fd, from offset 0
+        with os.fdopen(os.dup(fd), "rb") as f:
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
 
