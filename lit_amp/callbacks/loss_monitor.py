@@ -99,10 +99,11 @@ class LossMonitor(Callback):
         invalid = loss is not None and not is_finite(loss)
         bad_ranks = _invalid_loss_ranks(invalid)
         if bad_ranks:
-            where = f" on rank(s) {bad_ranks} (all ranks stop)" if _distributed() else ""
-            raise ValueError(
-                f"epoch: {cur_epoch} step: {step_in_epoch}. Invalid loss "
-                f"{loss if invalid else 'nan/inf'}{where}, terminating training."
+            where = (f" The loss is NAN or INF on rank(s) {bad_ranks} (this rank's: {loss}); all "
+                     "ranks stop." if _distributed() else "")
+            raise ValueError(  # MindSpore 2.10's message, then the ranks under DDP
+                f"In epoch: {cur_epoch} step: {step_in_epoch}, loss is NAN or INF, training "
+                f"process cannot continue, terminating training.{where}"
             )
         if self._per_print_times == 0:
             return

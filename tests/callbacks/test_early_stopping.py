@@ -7,6 +7,7 @@ import logging
 import pytest
 import torch
 
+from lit_amp.callbacks.base import Callback
 from lit_amp.callbacks.early_stopping import EarlyStopping
 from tests.callbacks._helpers import (
     make_net,
@@ -69,6 +70,25 @@ def test_early_stopping_restores_best_weights_at_stop() -> None:
     assert same(weights(net), run.epoch_weights[2])
     assert same(run.epoch_weights[4], run.epoch_weights[2])
     assert not same(run.epoch_weights[3], run.epoch_weights[2])
+
+
+def test_early_stopping_restore_keeps_the_optimizer_state() -> None:
+    """Issue #48 item 7: only the network's weights are restored. MindSpore 2.10 reloads
+    ``train_network.parameters_dict()``, which rolls the optimizer's moments and global_step
+    back to the best epoch too (observed: Momentum, global_step 6 -> 4); docs/differences.md."""
+    net, opt = make_net()
+    es = EarlyStopping(patience=2, restore_best_weights=True)
+    momentum: list[torch.Tensor] = []
+
+    class Keep(Callback):  # the momentum buffer after each epoch's steps, before EarlyStopping
+        def on_train_epoch_end(self, rc):
+            momentum.append(opt.state[net.weight]["momentum_buffer"].clone())
+
+    simulate_train([Keep(), es], epochs=5, batches=2, net=net, opt=opt,
+                   eval_results=seq([1.0, 0.5, 0.7, 0.8, 0.9], "eval_loss"))
+    assert es.stopped_epoch == 4
+    assert torch.equal(opt.state[net.weight]["momentum_buffer"], momentum[3])  # epoch 4's
+    assert not torch.equal(momentum[3], momentum[1])
 
 
 def test_early_stopping_restores_best_weights_at_train_end(capsys: pytest.CaptureFixture) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -62,7 +63,10 @@ def test_loss_monitor_stops_on_invalid_loss(make_out: Callable) -> None:
     def outputs(e: int, s: int, loss: torch.Tensor) -> Any:
         return make_out(loss) if (e, s) == (2, 2) else loss
 
-    with pytest.raises(ValueError, match=r"epoch: 2 step: 2\. Invalid loss (nan|inf)"):
+    # mindspore 2.10's message, word for word (issue #48 item 7)
+    msg = ("In epoch: 2 step: 2, loss is NAN or INF, training process cannot continue, "
+           "terminating training.")
+    with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
         simulate_train([LossMonitor()], epochs=3, batches=3, outputs=outputs)
 
 
@@ -126,8 +130,9 @@ def test_loss_monitor_nan_on_one_rank_stops_every_rank_together() -> None:
     (done0, msg0), (done1, msg1) = run_distributed(_nan_on_one_rank_worker, world=2)
     assert done0 == done1 == [1]  # both stopped at step 2, neither went on alone
     assert "rank(s) [1]" in msg0 and "rank(s) [1]" in msg1
-    assert "epoch: 1 step: 2. Invalid loss nan/inf" in msg0  # rank 0's own loss was finite
-    assert "Invalid loss nan on rank(s) [1]" in msg1
+    assert msg0.startswith("In epoch: 1 step: 2, loss is NAN or INF")
+    assert "(this rank's: 0.5)" in msg0  # rank 0's own loss was finite
+    assert "(this rank's: nan)" in msg1
 
 
 class _NanOnRank1(torch.nn.Module):
@@ -174,4 +179,5 @@ def test_loss_monitor_under_lightning_ddp_stops_both_ranks_at_the_bad_step() -> 
     from tests.helpers.dist import run_distributed
 
     messages = run_distributed(_ddp_model_worker, world=2, init_group=False)
-    assert all("epoch: 1 step: 3. Invalid loss" in m and "rank(s) [1]" in m for m in messages)
+    assert all("In epoch: 1 step: 3, loss is NAN or INF" in m and "rank(s) [1]" in m
+               for m in messages)
