@@ -27,7 +27,9 @@ The :mod:`lit_amp.cli` package, in the order a run goes through it:
 ``conf/`` is package data (``pkg://lit_amp.cli.conf``), so an installed wheel finds it.
 Mistakes in the configuration (an unknown option, a value of the wrong type, an argument a
 lit_amp class rejects, a missing package) are reported by Hydra as one message, not a
-traceback, and the console script exits at once after it. Importing this
+traceback, and the console script exits at once after it; a missing package and the values
+:mod:`~lit_amp.cli.precheck` checks (``data.batch_size=-1``, a ``ckpt_path`` that is no
+checkpoint file) are refused before torch is imported. Importing this
 module (and ``lit-amp --help`` / ``--cfg job``) imports neither torch nor Lightning.
 
 Example:
@@ -171,8 +173,10 @@ def _main(argv: list[str] | None) -> float | None:
         try:
             if not sweep_state.in_sweep():
                 from lit_amp.cli.aliases import check_packages
+                from lit_amp.cli.precheck import check_config
 
                 check_packages(cfg)  # before torch and Lightning are imported
+                check_config(cfg)  # data.batch_size=-1, ckpt_path=/nonexistent, ...: likewise
             from lit_amp.cli.run import run
 
             # lit_amp's LitModel defines no FLOPs: Lightning's ThroughputMonitor logs samples

@@ -31,6 +31,7 @@ from lit_amp.cli import preemption
 from lit_amp.cli.console import piped
 from lit_amp.cli.instantiate import check_targets, instantiate
 from lit_amp.cli.launch import torchrun_trainer_kwargs
+from lit_amp.cli.precheck import check_config
 from lit_amp.cli.schema import ConfigError, _name, _plain
 from lit_amp.cli.trust import current_grants
 
@@ -259,20 +260,12 @@ def _building(key: str) -> Iterator[None]:
 
 
 def _validate(cfg: DictConfig) -> None:
-    """Range checks the schema's types cannot express (bad values fail before any work)."""
-    if cfg.epochs < 1:
-        raise ConfigError(f"lit-amp: 'epochs' must be >= 1, but got {cfg.epochs}.")
-    if cfg.sink_size == 0 or cfg.sink_size < -1:
-        raise ConfigError(f"lit-amp: 'sink_size' must be -1 or >= 1, but got {cfg.sink_size}.")
-    vf = _plain(cfg.get("valid_frequency"))
-    ok = vf is None or (isinstance(vf, int) and not isinstance(vf, bool) and vf >= 1) or (
-        isinstance(vf, list) and all(isinstance(e, int) and e >= 1 for e in vf)
-    )
-    if not ok:
-        raise ConfigError(
-            "lit-amp: 'valid_frequency' must be null, an int >= 1 or a list of epochs, but got "
-            f"{vf!r}."
-        )
+    """Range checks the schema's types cannot express (bad values fail before any work).
+
+    The checks are :func:`lit_amp.cli.precheck.check_config`'s, which ``lit-amp`` runs before
+    torch is imported outside a sweep; here a job of a ``-m`` sweep gets the same messages.
+    """
+    check_config(cfg)
 
 
 def _steps_per_epoch(cfg: DictConfig, train: Any) -> int | None:

@@ -31,11 +31,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import lightning as L
 import torch
 
+from lit_amp.cli.precheck import check_checkpoint_file
 from lit_amp.cli.schema import ConfigError
 from lit_amp.serialization import checkpoint_views
 from lit_amp.serialization import network_state as _network_state
@@ -60,16 +60,18 @@ def read_checkpoint(path: str) -> dict:
         The checkpoint dict with the derived views (:func:`lit_amp.serialization.checkpoint_views`).
 
     Raises:
-        ConfigError: the file is missing, unreadable without unpickling code, or not a dict.
+        ConfigError: the file is missing, a directory, empty, truncated or not in torch's
+            format (:func:`lit_amp.cli.precheck.check_checkpoint_file`), unreadable without
+            unpickling code, or not a dict.
     """
-    if not os.path.isfile(path):
-        raise ConfigError(f"lit-amp: ckpt_path={path!r} is not a file.")
+    check_checkpoint_file(path)  # missing, a directory, empty, truncated, not torch's format
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - pickle errors of any kind
+        first = (str(exc).strip().splitlines() or ["no message"])[0]  # EOFError() has none
         raise ConfigError(
             f"lit-amp: ckpt_path={path!r} could not be read as a checkpoint of tensors "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0]}). lit-amp never unpickles "
+            f"({type(exc).__name__}: {first}). lit-amp never unpickles "
             "arbitrary objects; save the weights with lit_amp.save_checkpoint or Lightning."
         ) from exc
     if not isinstance(state, dict):
