@@ -42,6 +42,31 @@ __all__ = ["invalidate_cast_cache", "CACHE_MIN_NUMEL", "O1FunctionMode"]
 _HALF_AND_SINGLE = (torch.float32, torch.float16, torch.bfloat16)
 #: The low dtypes, cast back to float32 at the end of a low region.
 _LOW_SRC = (torch.float16, torch.bfloat16)
+#: What an input entering a low region is cast from when float64 tensors meet float32 weights
+#: (MindSpore 2.10 casts a float64 input of a low-precision cell too).
+_ALL_FLOATS = (torch.float64, *_HALF_AND_SINGLE)
+
+
+def _has_float64(obj: Any) -> bool:
+    """Whether a float64 tensor is in ``obj`` (tuples, lists and dict values walked)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.dtype == torch.float64
+    if isinstance(obj, (tuple, list)):
+        return any(_has_float64(o) for o in obj)
+    if isinstance(obj, dict):
+        return any(_has_float64(o) for o in obj.values())
+    return False
+
+
+def _input_src(args: Any, kwargs: Any, float64_weights: Any) -> tuple[torch.dtype, ...]:
+    """The dtypes cast to the low dtype at the entry of a low region.
+
+    float32 and the low dtypes always; float64 too when a float64 input meets no float64
+    weight (``float64_weights()`` is evaluated only then), so a float64 network stays float64.
+    """
+    if (_has_float64(args) or _has_float64(kwargs)) and not float64_weights():
+        return _ALL_FLOATS
+    return _HALF_AND_SINGLE
 
 
 def _cast_tree(obj: Any, dtype: torch.dtype, src: tuple[torch.dtype, ...]) -> Any:
@@ -309,12 +334,28 @@ class O1FunctionMode(TorchFunctionMode):
         if func in self.functions and "out" not in kwargs and not kwargs.get("inplace", False):
             if not (len(args) > 1 and args[1] is True):  # F.relu(x, True): in place, leave it
                 low = self.dtype
-                cargs = _cast_tree(args, low, _HALF_AND_SINGLE)
-                ckw = _cast_tree(kwargs, low, _HALF_AND_SINGLE) if kwargs else kwargs
+                src = _input_src(args, kwargs, lambda: _has_float64_param(args, kwargs))
+                cargs = _cast_tree(args, low, src)
+                ckw = _cast_tree(kwargs, low, src) if kwargs else kwargs
                 if cargs is args and ckw is kwargs:
                     return func(*args, **kwargs)  # already low: inside a low module
                 return _cast_tree(func(*cargs, **ckw), torch.float32, _LOW_SRC)
         return func(*args, **kwargs)
+
+
+def _has_float64_param(args: Any, kwargs: Any) -> bool:
+    """Whether a float64 ``nn.Parameter`` is among a function's arguments (a float64 layer)."""
+
+    def walk(obj: Any) -> bool:
+        if isinstance(obj, torch.Tensor):
+            return isinstance(obj, nn.Parameter) and obj.dtype == torch.float64
+        if isinstance(obj, (tuple, list)):
+            return any(walk(o) for o in obj)
+        if isinstance(obj, dict):
+            return any(walk(o) for o in obj.values())
+        return False
+
+    return walk(args) or walk(kwargs)
 
 
 def _mode_active(mode: O1FunctionMode) -> bool:

@@ -31,7 +31,10 @@ At every level, loss modules (``nn.modules.loss._Loss``) and torchmetrics metric
 network compute in float32 (MindSpore computes the loss in float32). At O2/O3 every function a
 module calls computes in the low dtype because its inputs and weights are low (PyTorch's type
 promotion), except where a module creates float32 tensors itself (``torch.zeros(...)`` with the
-default dtype) - those ops follow PyTorch's promotion rules. ``float64`` tensors are never cast.
+default dtype) - those ops follow PyTorch's promotion rules. ``float64`` parameters and buffers
+are never cast, and a float64 network computes in float64; a float64 *input* of a converted
+module or white-listed function holding float32 weights is cast to the low dtype like a float32
+one (as MindSpore 2.10 does).
 
 Low-precision copies of the parameters are cached between optimizer steps (``cache_casts``);
 how the cache is refreshed, and how gradients reuse buffers on CPU, is described in

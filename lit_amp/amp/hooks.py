@@ -41,6 +41,7 @@ from lit_amp.amp.casting import (
     _cast_param,
     _cast_tree,
     _first_tensor,
+    _input_src,
     _linear_forward,
     _mode_active,
 )
@@ -95,6 +96,12 @@ class _Frame:
         self.mode: O1FunctionMode | None = None
 
 
+def _holds_float64(module: nn.Module) -> bool:
+    """Whether ``module`` has a float64 parameter or buffer (a float64 network is left alone)."""
+    return any(t.dtype == torch.float64 for t in module.parameters()) or any(
+        t.dtype == torch.float64 for t in module.buffers())
+
+
 class _AmpPreHook:
     """Forward pre-hook: cast inputs, swap in low-precision parameters, enter the O1 mode."""
 
@@ -133,7 +140,10 @@ class _AmpPreHook:
             _swap_in(self.entries, state, frame)
         if self.in_dtype is None:
             return None
-        src = _HALF_AND_SINGLE if self.in_dtype in LOW_DTYPES else _LOW_SRC
+        if self.in_dtype in LOW_DTYPES:
+            src = _input_src(args, kwargs, lambda: _holds_float64(module))
+        else:
+            src = _LOW_SRC
         new_args = _cast_tree(args, self.in_dtype, src)
         new_kwargs = _cast_tree(kwargs, self.in_dtype, src) if kwargs else kwargs
         if new_args is args and new_kwargs is kwargs:

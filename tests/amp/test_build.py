@@ -263,3 +263,42 @@ def test_scale_sense_validation():
     cell = TrainOneStepWithLossScaleCell(net, opt, torch.tensor(8.0))
     _, overflow, scale = cell(*batch())
     assert float(scale) == 8.0 and not bool(overflow)
+
+
+class _FunctionalLinear(nn.Module):
+    """A layer O1 reaches only through its white-listed function (``F.linear``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(2, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight)
+
+
+@pytest.mark.parametrize("level", ["O1", "O2", "O3"])
+@pytest.mark.parametrize("make_net", [lambda: nn.Linear(3, 2), _FunctionalLinear])
+def test_float64_input_into_a_float32_network_is_cast(level: str, make_net) -> None:
+    """Issue #48 item 7. Recorded from mindspore 2.10 (PyNative, CPU): build_train_network(
+    nn.Dense(3, 2), Momentum, MSELoss, level="O3") (and "O1") trains on a float64 input and
+    label (the input is cast to the low dtype like a float32 one; parameters stay float32);
+    at O0 the float64 input is an error (MindSpore's MatMul: TypeError)."""
+    torch.manual_seed(0)
+    net = make_net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    step = build_train_network(net, opt, nn.MSELoss(), level=level, dtype=BF16)
+    before = [p.detach().clone() for p in net.parameters()]
+    x = torch.ones(4, 3, dtype=torch.float64)
+    loss = step(x, torch.ones(4, 2, dtype=torch.float64))
+    loss = loss[0] if isinstance(loss, tuple) else loss
+    assert torch.isfinite(loss).all()
+    assert all(p.dtype == F32 for p in net.parameters())
+    assert any(not torch.equal(a, p) for a, p in zip(before, net.parameters()))
+
+
+def test_float64_network_under_o3_stays_float64() -> None:
+    net = nn.Linear(3, 2).double()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    step = build_train_network(net, opt, nn.MSELoss(), level="O3", dtype=BF16)
+    loss = step(torch.ones(4, 3, dtype=torch.float64), torch.ones(4, 2, dtype=torch.float64))
+    assert loss.dtype == torch.float64
