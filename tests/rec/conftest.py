@@ -1,10 +1,29 @@
 """RecModel tests run torch on one thread: the models are tiny, and on a shared 2-core machine
-two OpenMP threads per test process can be 10x slower than one (spin-waiting under load)."""
+two OpenMP threads per test process can be 10x slower than one (spin-waiting under load).
+``held_full_writes`` holds the background full-snapshot writes of a test until it lets them go."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
+
+from lit_amp.rec.full_writer import BackgroundFullWriter
+
+
+@pytest.fixture
+def held_full_writes(monkeypatch):
+    """Holds every background full snapshot write until ``held_full_writes.set()``."""
+    event = threading.Event()
+    real = BackgroundFullWriter._write
+
+    def held(snap, path, crc):
+        assert event.wait(30)
+        return real(snap, path, crc)
+
+    monkeypatch.setattr(BackgroundFullWriter, "_write", staticmethod(held))
+    return event
 
 
 @pytest.fixture(autouse=True)

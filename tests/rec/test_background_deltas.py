@@ -268,20 +268,6 @@ def test_the_loop_counts_a_deltas_rows_and_the_writer_thread_lists_them(tmp_path
     pub.close()
 
 
-@pytest.fixture
-def held_full(monkeypatch):
-    """Holds every background full snapshot write until ``held_full.set()``."""
-    event = threading.Event()
-    real = BackgroundFullWriter._write
-
-    def held(snap, path, crc):
-        assert event.wait(30)
-        return real(snap, path, crc)
-
-    monkeypatch.setattr(BackgroundFullWriter, "_write", staticmethod(held))
-    return event
-
-
 def _wide_deep_model():
     torch.manual_seed(0)
     net = WideDeep(vocab_size=2000, embed_dim=4, hidden=(8,), sparse=True)
@@ -301,7 +287,7 @@ def _serving_hook(publish_dir, seen: list) -> Callable[[dict], None]:
 
 
 def test_the_hook_waits_for_a_slow_first_full_snapshot_and_then_names_each_version(
-        tmp_path, held_full):
+        tmp_path, held_full_writes):
     """The first full snapshot is written until step 7: the deltas of steps 4 and 6 land
     before it, and nothing is named (nor given to the hook) until it is on disk; then each
     version is, in publish order, each while ``LATEST`` names it."""
@@ -314,7 +300,7 @@ def test_the_hook_waits_for_a_slow_first_full_snapshot_and_then_names_each_versi
         if step == 7:
             assert seen == [] and not os.path.exists(tmp_path / "LATEST")
             released_at.append(step)
-            held_full.set()
+            held_full_writes.set()
 
     model.online_train(
         SyntheticClickSource(batch_size=8, num_records=80), callbacks=Recorder(release),
@@ -329,7 +315,7 @@ def test_the_hook_waits_for_a_slow_first_full_snapshot_and_then_names_each_versi
 
 
 def test_the_publisher_names_versions_landed_behind_a_full_snapshot_one_at_a_time(
-        tmp_path, held_full):
+        tmp_path, held_full_writes):
     net, opt = _net()
     named: list[tuple] = []
 
@@ -345,7 +331,7 @@ def test_the_publisher_names_versions_landed_behind_a_full_snapshot_one_at_a_tim
         pub.publish(step=step)
         pub.poll(wait=True)  # the delta is on disk, LATEST is held back by the full
     assert named == [] and latest_published(tmp_path) is None
-    held_full.set()
+    held_full_writes.set()
     pub.close()
     assert named == [(1, "full-000000000001.pt", True, True),
                      (2, "delta-000000000002.pt", True, True),

@@ -6,12 +6,11 @@ snapshot costs a reader nothing but the replay of more deltas."""
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 import torch
 
-from lit_amp.rec.full_writer import BackgroundFullWriter, streamable
+from lit_amp.rec.full_writer import streamable
 from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published
 from tests.rec._helpers import sparse_table, touch_rows
 
@@ -22,31 +21,17 @@ def _table(seed: int = 0):
     return sparse_table(ROWS, seed)
 
 
-@pytest.fixture
-def gate(monkeypatch):
-    """Holds every background write until ``gate.set()``."""
-    event = threading.Event()
-    real = BackgroundFullWriter._write
-
-    def held(snap, path, crc):
-        assert event.wait(30)
-        real(snap, path, crc)
-
-    monkeypatch.setattr(BackgroundFullWriter, "_write", staticmethod(held))
-    return event
-
-
 def _publisher(emb, opt, d, **kw) -> DeltaPublisher:
     pub = DeltaPublisher(emb, d, background=True, **kw)
     pub.attach(opt)
     return pub
 
 
-def _first_full_on_disk(d, gate, **kw):
+def _first_full_on_disk(d, held_full_writes, **kw):
     """A table, its optimizer and a background publisher whose first full snapshot is written."""
     emb, opt = _table()
     pub = _publisher(emb, opt, d, **kw)
-    gate.set()
+    held_full_writes.set()
     pub.publish(step=1)
     pub.close()
     return emb, opt, pub
@@ -57,7 +42,7 @@ def _full(d, version: int) -> torch.Tensor:
         "network"]["weight"]
 
 
-def test_the_first_full_snapshot_is_written_while_training_goes_on(tmp_path, gate):
+def test_the_first_full_snapshot_is_written_while_training_goes_on(tmp_path, held_full_writes):
     emb, opt = _table()
     pub = _publisher(emb, opt, tmp_path)
     at_publish = emb.weight.detach().clone()
@@ -68,7 +53,7 @@ def test_the_first_full_snapshot_is_written_while_training_goes_on(tmp_path, gat
         pub.publish(step=step)
         assert pub.last_kind == "delta"
         assert latest_published(tmp_path) is None  # no full snapshot on disk yet
-    gate.set()
+    held_full_writes.set()
     pub.close()
     assert torch.equal(_full(tmp_path, 1), at_publish)  # the weights of its version
     assert os.path.basename(latest_published(tmp_path)) == "delta-000000000004.pt"
@@ -77,10 +62,11 @@ def test_the_first_full_snapshot_is_written_while_training_goes_on(tmp_path, gat
     assert torch.equal(payload["network"]["weight"], emb.weight)
 
 
-def test_a_compaction_keeps_the_chain_and_readers_fresh_during_its_write(tmp_path, gate):
-    emb, opt, pub = _first_full_on_disk(tmp_path, gate, full_every_n_publishes=3)
+def test_a_compaction_keeps_the_chain_and_readers_fresh_during_its_write(
+        tmp_path, held_full_writes):
+    emb, opt, pub = _first_full_on_disk(tmp_path, held_full_writes, full_every_n_publishes=3)
     states = {}
-    gate.clear()
+    held_full_writes.clear()
     for v in range(2, 6):  # full 3 is due at version 4 and written while 5 is published
         touch_rows(emb, opt, [v, 1000 + v])
         pub.publish(step=v)
@@ -90,7 +76,7 @@ def test_a_compaction_keeps_the_chain_and_readers_fresh_during_its_write(tmp_pat
         assert payload["version"] == v and torch.equal(payload["network"]["weight"], states[v])
     names = sorted(os.listdir(tmp_path))
     assert "delta-000000000004.pt" in names and "full-000000000004.pt" not in names
-    gate.set()
+    held_full_writes.set()
     pub.close()
     assert torch.equal(_full(tmp_path, 4), states[4])
     # a reader polling from version 5 goes on with deltas; a new reader starts at full 4
@@ -99,10 +85,10 @@ def test_a_compaction_keeps_the_chain_and_readers_fresh_during_its_write(tmp_pat
     assert loaded["full"] == 4 and torch.equal(loaded["network"]["weight"], states[5])
 
 
-def test_a_torn_or_unchecked_full_snapshot_falls_back_to_the_older_one(tmp_path, gate):
+def test_a_torn_or_unchecked_full_snapshot_falls_back_to_the_older_one(tmp_path, held_full_writes):
     emb, opt = _table()
     pub = _publisher(emb, opt, tmp_path, full_every_n_publishes=2)
-    gate.set()
+    held_full_writes.set()
     for v in range(1, 5):  # full 1, delta 2, delta+full 3 (same chain), delta 4
         touch_rows(emb, opt, [v])
         pub.publish(step=v)
@@ -141,15 +127,15 @@ def test_a_failed_background_write_is_raised_and_the_next_publish_retries(tmp_pa
     assert torch.equal(payload["network"]["weight"], emb.weight)
 
 
-def test_latest_waits_for_a_version_whose_only_file_is_a_pending_full(tmp_path, gate):
-    emb, opt, pub = _first_full_on_disk(tmp_path, gate, max_delta_fraction=0.01)
-    gate.clear()
+def test_latest_waits_for_a_version_whose_only_file_is_a_pending_full(tmp_path, held_full_writes):
+    emb, opt, pub = _first_full_on_disk(tmp_path, held_full_writes, max_delta_fraction=0.01)
+    held_full_writes.clear()
     touch_rows(emb, opt, torch.arange(5000))  # 5 % of the rows: a full snapshot, no delta
     pub.publish(step=2)
     touch_rows(emb, opt, [7])
     pub.publish(step=3)  # a delta on version 2, which is not on disk yet
     assert os.path.basename(latest_published(tmp_path)) == "full-000000000001.pt"
-    gate.set()
+    held_full_writes.set()
     pub.close()
     payload = load_published(tmp_path)
     assert payload["version"] == 3 and payload["refused"] is None
