@@ -16,7 +16,6 @@ from lit_amp._validation import (
     check_bool,
     check_choice,
     check_int,
-    check_str,
     check_type,
     value_error,
 )
@@ -42,6 +41,9 @@ _FLAG_FIELDS = (
 )
 _INFO_VALUE_TYPES = (int, float, bool, str, torch.Tensor)
 _FORMATS = ("ckpt",)
+#: the flags whose non-bool value MindSpore 2.10 refuses with a ValueError, not a TypeError
+_VALUE_ERROR_FLAGS = ("remove_redundancy", "crc_check")
+
 
 def _append_dict(append_info: Any) -> dict[str, Any] | None:
     """``CheckpointConfig.append_info`` checked and turned into the dict stored in each file."""
@@ -125,14 +127,16 @@ class CheckpointConfig:
         format: MindSpore's extra keyword option; only ``"ckpt"``.
 
     Raises:
-        TypeError: a count is not an int; a flag (but ``remove_redundancy``) is not a bool;
+        TypeError: a count is not an int; a flag (but ``remove_redundancy`` and ``crc_check``)
+            is not a bool;
             ``saved_network`` is not a module; ``append_info`` is not a list of str and dicts,
             holds two dicts, or its dict has a non-str key or an unsupported value;
-            ``enc_mode`` is not a str; an unknown keyword argument.
+            an unknown keyword argument.
         ValueError: a count is negative; all four counts are 0 or None; an ``append_info``
             string is not "epoch_num" or "step_num"; ``enc_key`` is given (any type, as
-            MindSpore 2.10); ``remove_redundancy`` is not a bool (MindSpore 2.10's type);
-            ``enc_mode`` or ``format`` is not an allowed value.
+            MindSpore 2.10); ``remove_redundancy`` or ``crc_check`` is not a bool, ``enc_mode``
+            or ``format`` not a str (MindSpore 2.10's type for these); ``enc_mode`` or
+            ``format`` is not an allowed value.
 
     Example:
         >>> config = CheckpointConfig(save_checkpoint_steps=100, keep_checkpoint_max=3,
@@ -177,9 +181,9 @@ class CheckpointConfig:
                 f"'keep_checkpoint_per_n_minutes' ({keep_minutes}) can't all be None or 0."
             )
         for name in _FLAG_FIELDS:
-            if name == "remove_redundancy" and not isinstance(self.remove_redundancy, bool):
-                # MindSpore 2.10 raises ValueError (not TypeError) for this one flag
-                raise value_error(owner, name, "a bool", self.remove_redundancy)
+            if name in _VALUE_ERROR_FLAGS and not isinstance(getattr(self, name), bool):
+                # MindSpore 2.10 raises ValueError (not TypeError) for these flags
+                raise value_error(owner, name, "a bool", getattr(self, name))
             check_bool(owner, name, getattr(self, name))
         self._set("append_dict", _append_dict(self.append_info))
         if self.enc_key is not None:  # MindSpore 2.10: ValueError also for a non-bytes key
@@ -189,8 +193,11 @@ class CheckpointConfig:
                 "does not encrypt them; encrypt the files with your own tooling instead of "
                 "relying on an unencrypted save."
             )
-        check_choice(owner, "enc_mode", check_str(owner, "enc_mode", self.enc_mode), _ENC_MODES)
-        check_choice(owner, "format", check_str(owner, "format", self.format), _FORMATS)
+        for name, allowed in (("enc_mode", _ENC_MODES), ("format", _FORMATS)):
+            value = getattr(self, name)
+            if not isinstance(value, str):  # MindSpore 2.10: ValueError for the type too
+                raise value_error(owner, name, "a str", value)
+            check_choice(owner, name, value, allowed)
         self._normalise(counts)
 
     def _set(self, name: str, value: Any) -> None:

@@ -51,8 +51,17 @@ def test_checkpoint_config_normalisation() -> None:
         ({"enc_key": "secret"}, ValueError, "enc_key"),  # mindspore 2.10: ValueError
         ({"enc_key": b"0123456789abcdef"}, ValueError, "enc_key"),
         ({"enc_mode": "ROT13"}, ValueError, "enc_mode.*ROT13"),
-        ({"enc_mode": 1}, TypeError, "enc_mode"),
-        ({"format": "safetensors"}, ValueError, "format"),
+        # mindspore 2.10 (issue #48 item 7): ValueError for the type of enc_mode, crc_check
+        # and format too ("The parameter 'enc_mode' must be isinstance of <class 'str'>")
+        ({"enc_mode": 1}, ValueError, "'enc_mode' must be a str"),
+        ({"enc_mode": None}, ValueError, "'enc_mode' must be a str"),
+        ({"enc_mode": b"AES-GCM"}, ValueError, "'enc_mode' must be a str"),
+        ({"crc_check": 1}, ValueError, "'crc_check' must be a bool"),
+        ({"crc_check": None}, ValueError, "'crc_check' must be a bool"),
+        ({"crc_check": "True"}, ValueError, "'crc_check' must be a bool"),
+        ({"format": 1}, ValueError, "'format' must be a str"),
+        ({"format": None}, ValueError, "'format' must be a str"),
+        ({"format": "safetensors"}, ValueError, "format"),  # mindspore 2.10 accepts it
         ({"incremental": "yes"}, TypeError, "incremental"),
         ({"bogus": 1}, TypeError, "bogus"),
     ],
