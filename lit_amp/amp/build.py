@@ -44,12 +44,12 @@ from lit_amp._validation import check_number
 from lit_amp.amp.cells import TrainOneStepCell, UpdateCellManager, WithLossCell
 from lit_amp.amp.convert import apply_amp_config
 from lit_amp.amp.levels import (
-    BOOST_LEVELS,
     UNSET,
     AmpConfig,
     resolve_amp_config,
     validate_amp_level,
 )
+from lit_amp.amp.names import BOOST_LEVELS
 
 __all__ = [
     "build_train_network",

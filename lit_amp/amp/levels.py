@@ -47,10 +47,9 @@ from typing import Any
 import torch
 
 from lit_amp._validation import check_bool, check_choice, check_str, type_error, value_error
+from lit_amp.amp.names import AMP_LEVELS
 
 __all__ = [
-    "AMP_LEVELS",
-    "BOOST_LEVELS",
     "LOW_DTYPES",
     "AmpConfig",
     "UNSET",
@@ -66,10 +65,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Levels accepted by ``amp_level`` / ``level`` arguments.
-AMP_LEVELS: tuple[str, ...] = ("O0", "O1", "O2", "O3", "auto")
-#: Levels accepted by ``boost_level`` arguments (the algorithms per level: lit_amp.boost.config).
-BOOST_LEVELS: tuple[str, ...] = ("O0", "O1", "O2")
 #: The supported low-precision compute dtypes.
 LOW_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from lit_amp.amp.levels import BOOST_LEVELS
+from lit_amp.amp.names import BOOST_LEVELS
 
 __all__ = [
     "ALGORITHMS",

@@ -22,6 +22,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from lit_amp.amp.names import AMP_LEVELS, BOOST_LEVELS
+
 __all__ = [
     "Mode",
     "AmpLevel",
@@ -48,22 +50,10 @@ class Mode(Enum):
     online = "online"
 
 
-class AmpLevel(Enum):
-    """MindSpore's AMP levels."""
-
-    O0 = "O0"
-    O1 = "O1"
-    O2 = "O2"
-    O3 = "O3"
-    auto = "auto"
-
-
-class BoostLevel(Enum):
-    """MindSpore's boost levels."""
-
-    O0 = "O0"
-    O1 = "O1"
-    O2 = "O2"
+#: MindSpore's AMP levels (from :data:`lit_amp.amp.names.AMP_LEVELS`).
+AmpLevel = Enum("AmpLevel", {name: name for name in AMP_LEVELS})  # type: ignore[misc]
+#: MindSpore's boost levels (from :data:`lit_amp.amp.names.BOOST_LEVELS`).
+BoostLevel = Enum("BoostLevel", {name: name for name in BOOST_LEVELS})  # type: ignore[misc]
 
 
 @dataclasses.dataclass

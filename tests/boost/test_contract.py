@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_amp.amp.levels import BOOST_LEVELS
+from lit_amp.amp.names import BOOST_LEVELS
 from lit_amp.boost import AutoBoost
 from lit_amp.boost.registry import ALGORITHMS
 from tests.boost import contract as C

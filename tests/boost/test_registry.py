@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from lit_amp.amp.levels import BOOST_LEVELS
+from lit_amp.amp.names import BOOST_LEVELS
 from lit_amp.boost import AutoBoost
 from lit_amp.boost.base import BoostAlgorithm
 from lit_amp.boost.config import BOOST_FEATURES, DEFAULT_SECTIONS, LEVEL_TABLE, parse_boost_config
