@@ -221,3 +221,40 @@ def test_thor_with_an_lr_array_cut_at_the_resume_point_takes_the_uninterrupted_r
     assert log.lr == {step: ref_log.lr[step] for step in log.lr}
     if load != "network_only":  # the whole state: the uninterrupted run's weights too
         assert opt.steps == ref_opt.steps and _equal_weights(net, ref_net)
+
+
+class _Crash(Callback):
+    """Fails the run at the end of ``epoch`` (after the eval callback's evaluation)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_step_end(self, run_context) -> None:
+        cb = run_context.original_args()
+        if cb.cur_epoch_num == self.epoch and cb.cur_step_num % STEPS == 1:
+            raise RuntimeError("node failure")
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_backup_and_restore_resumes_after_an_eval_with_the_uninterrupted_weights(
+        tmp_path, opt_name):
+    """The fault-tolerant path: ``BackupAndRestore`` beside an eval callback; a run that fails
+    in epoch 3 (after the evaluation at the end of epoch 2) and is started again ends with the
+    weights of the run that never failed."""
+    from lit_amp.callbacks import BackupAndRestore
+
+    ref, ref_net, _ = _model(opt_name)
+    ref.train(EPOCHS, _data(), callbacks=[EvalCallBack(ref, _data()),
+                                          BackupAndRestore(str(tmp_path / "ref"))])
+    first, _, _ = _model(opt_name)
+    with pytest.raises(RuntimeError, match="node failure"):
+        first.train(EPOCHS, _data(), callbacks=[EvalCallBack(first, _data()),
+                                                BackupAndRestore(str(tmp_path / "b")), _Crash(3)])
+    again, net, _ = _model(opt_name)
+    evals = EvalCallBack(again, _data())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again.train(EPOCHS, _data(), callbacks=[evals, BackupAndRestore(str(tmp_path / "b"))])
+    assert not [w for w in caught if NO_POSITION in str(w.message)]
+    assert _equal_weights(net, ref_net)
+    assert len(evals.results) == 1  # the resumed run evaluated at the end of epoch 4 only
