@@ -67,6 +67,18 @@ _LOW = "low"  # computes in the low dtype (Cell.to_float(low))
 _FP32_ISLAND = "fp32_island"  # computes in fp32, output cast to the low dtype (_OutputTo16)
 _FP32 = "fp32"  # computes in fp32 (inside an island, loss modules, metrics)
 
+# Norm layers whose kernels (cuDNN's, the CPU's) take a low-precision input with float32 weights
+# and statistics and compute in float32, giving the same output as a float32 island cast back
+# (bit for bit on this CPU): a float32 island of one gets the activation as it is, with no cast
+# to float32 and back. Without weights and statistics the kernel would compute in the low dtype.
+_LOW_INPUT_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+
+def _takes_low_input(m: nn.Module) -> bool:
+    return (type(m) in _LOW_INPUT_NORMS and "forward" not in m.__dict__
+            and bool(m.affine or m.track_running_stats))
+
+
 # Kinds of swap entries.
 _P, _B, _STATS = 0, 1, 2  # parameter, buffer, running statistics (copied back in training)
 
@@ -446,7 +458,9 @@ def convert(
             pre = _AmpPreHook(state, dtype, entries.get(m), enter_mode, is_root)
             post = _AmpPostHook(state, out_dtype, pre.needs_frame)
         elif role == _FP32_ISLAND:
-            pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root)
+            low_in = not is_root and _takes_low_input(m)
+            pre = _AmpPreHook(state, None if low_in else torch.float32, None, enter_mode,
+                              is_root)
             post = _AmpPostHook(state, dtype, pre.needs_frame)
         elif role == _FP32:
             pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root)
@@ -456,7 +470,8 @@ def convert(
                 continue
             pre = _AmpPreHook(state, None, None, True, is_root)
             post = _AmpPostHook(state, None, True)
-        handles.append(m.register_forward_pre_hook(pre, prepend=True, with_kwargs=True))
+        if pre.in_dtype is not None or pre.needs_frame or is_root:
+            handles.append(m.register_forward_pre_hook(pre, prepend=True, with_kwargs=True))
         if post.pops_frame or post.out_dtype is not None:
             handles.append(m.register_forward_hook(post, always_call=post.pops_frame))
         m.__dict__["_amp_handles"] = handles

@@ -89,7 +89,7 @@ def expected(level: str, low: torch.dtype) -> dict[str, torch.dtype]:
         return d
     if level == "O2":
         d = dict.fromkeys(LAYERS, low)
-        d.update(bn=F32, ln=F32)
+        d.update(ln=F32)  # BatchNorm takes the low activation (its kernel computes in float32)
         return d
     return dict.fromkeys(LAYERS, low)
 
@@ -108,12 +108,13 @@ def test_layer_dtypes_storage_output_loss_grads(level, dtype):
         warnings.simplefilter("ignore")
         out = net(x)
     exp = expected(level, dtype)
+    weights = {**exp, "bn": F32} if level == "O2" else exp  # float32 weights and statistics
     for name in LAYERS:
         r = rec[name]
         assert r["in"] == exp[name], (name, r)
         assert r["out"] == exp[name], (name, r)
         if r["w"] is not None:
-            assert r["w"] == exp[name], (name, r)
+            assert r["w"] == weights[name], (name, r)
     # the network output is float32 at every level; the loss too
     assert out.dtype == F32
     loss = nn.CrossEntropyLoss()(out, y)
@@ -167,6 +168,57 @@ def test_o3_batchnorm_low_and_running_stats_fp32():
     with torch.inference_mode():
         assert net(torch.randn(2, 4)).dtype == F32
     assert torch.equal(rm, net[1].running_mean)
+
+
+class _Casts(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the dtype casts (``aten._to_copy``) that run inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += func is torch.ops.aten._to_copy.default
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize("train", [True, False])
+def test_o2_batchnorm_takes_the_low_activation_without_a_cast(dtype, train):
+    """MindSpore's float32 BatchNorm at O2 (an island: float32 weights and statistics, output
+    low) computes without casting the activation to float32 and back: the kernel accumulates
+    in float32 from the low input, so the output, the input gradient and the statistics equal
+    those of the island computed in float32."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv1d(3, 8, 3), nn.BatchNorm1d(8), nn.ReLU(), nn.Conv1d(8, 4, 3))
+    ref[1].weight.data.uniform_(0.5, 1.5)
+    net, bare = copy.deepcopy(ref), nn.Sequential(copy.deepcopy(ref[0]), nn.ReLU(),
+                                                   copy.deepcopy(ref[3]))
+    for m in (net, bare):
+        auto_mixed_precision(m, "O2", dtype)
+        m.train(train)
+    seen = []
+    net[1].register_forward_pre_hook(lambda m, a: seen.append(a[0].dtype))
+    x = torch.randn(16, 3, 12)
+    for m in (net, bare):  # the weight casts of the first step are cached
+        m(x)
+    with _Casts() as with_bn:
+        y = net(x.requires_grad_())
+    with _Casts() as without_bn:
+        bare(x)
+    assert seen[-1] == dtype and y.dtype == F32
+    assert net[1].weight.dtype == F32 and net[1].running_mean.dtype == F32
+    assert with_bn.n == without_bn.n  # the island adds no cast
+    # the same numbers as the float32 island (the activation cast up and the output back)
+    ref.train(train)
+    low = lambda t: t.to(dtype)  # noqa: E731
+    for _ in range(2):  # as many forwards as the converted network ran
+        h = low(F.conv1d(low(x), low(ref[0].weight), low(ref[0].bias)))
+        h = low(ref[1](h.float()))
+        out = F.conv1d(low(F.relu(h)), low(ref[3].weight), low(ref[3].bias)).float()
+    assert torch.equal(y, out)
+    assert torch.equal(net[1].running_mean, ref[1].running_mean)
+    torch.testing.assert_close(net[1].running_var, ref[1].running_var, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("level", ["O1", "O2", "O3"])
