@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -27,20 +26,11 @@ from _common import write_result  # noqa: E402
 
 from lit_amp.amp import hooks  # noqa: E402
 from lit_amp.amp.convert import auto_mixed_precision  # noqa: E402
+from lit_amp.amp.diagnostics import CastCounter  # noqa: E402
 from lit_amp.demos.nets import CNN1D, ResNet1D  # noqa: E402
 
 NETS = {"cnn": (CNN1D, (100, 40)), "resnet1d": (ResNet1D, (32, 40))}
 VARIANTS = ("autocast", "O1", "O2", "O3")
-
-
-class _Counter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.casts = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.casts += func is torch.ops.aten._to_copy.default
-        return func(*args, **(kwargs or {}))
 
 
 def count(make: type, shape: tuple[int, int], variant: str) -> dict[str, int]:
@@ -71,12 +61,12 @@ def count(make: type, shape: tuple[int, int], variant: str) -> dict[str, int]:
     try:
         for cls, original in originals.items():
             cls.__call__ = counted(original)
-        with _Counter() as counter:
+        with CastCounter() as counter:
             step()
     finally:
         for cls, original in originals.items():
             cls.__call__ = original
-    return {"casts": counter.casts, "hook_calls": calls[0]}
+    return {"casts": counter.count, "hook_calls": calls[0]}
 
 
 def main() -> None:

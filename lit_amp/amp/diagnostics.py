@@ -32,10 +32,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lit_amp._validation import check_bool
 
-__all__ = ["OverflowDiagnostics", "NonFiniteRecord"]
+__all__ = ["CastCounter", "OverflowDiagnostics", "NonFiniteRecord"]
 
 log = logging.getLogger(__name__)
 
@@ -201,3 +202,25 @@ class _GradHook:
 
     def __call__(self, grad: torch.Tensor) -> None:
         self.diag._record_grad(self.label, self.kind, grad)
+
+
+class CastCounter(TorchDispatchMode):
+    """Counts the dtype casts (``aten._to_copy`` kernels) that run inside it, backward included.
+
+    What a mixed-precision level costs beyond its arithmetic (``bench/amp_casts.py``).
+
+    Example:
+        >>> with CastCounter() as casts:
+        ...     _ = torch.ones(2).to(torch.bfloat16) + 1
+        >>> casts.count
+        1
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        self.count += func is torch.ops.aten._to_copy.default
+        return func(*args, **(kwargs or {}))

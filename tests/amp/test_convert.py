@@ -23,6 +23,7 @@ from lit_amp.amp.convert import (
     get_amp_level,
     remove_mixed_precision,
 )
+from lit_amp.amp.diagnostics import CastCounter
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
@@ -170,18 +171,6 @@ def test_o3_batchnorm_low_and_running_stats_fp32():
     assert torch.equal(rm, net[1].running_mean)
 
 
-class _Casts(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts the dtype casts (``aten._to_copy``) that run inside it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += func is torch.ops.aten._to_copy.default
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("dtype", [BF16, F16])
 @pytest.mark.parametrize("train", [True, False])
 def test_o2_batchnorm_takes_the_low_activation_without_a_cast(dtype, train):
@@ -202,13 +191,13 @@ def test_o2_batchnorm_takes_the_low_activation_without_a_cast(dtype, train):
     x = torch.randn(16, 3, 12)
     for m in (net, bare):  # the weight casts of the first step are cached
         m(x)
-    with _Casts() as with_bn:
+    with CastCounter() as with_bn:
         y = net(x.requires_grad_())
-    with _Casts() as without_bn:
+    with CastCounter() as without_bn:
         bare(x)
     assert seen[-1] == dtype and y.dtype == F32
     assert net[1].weight.dtype == F32 and net[1].running_mean.dtype == F32
-    assert with_bn.n == without_bn.n  # the island adds no cast
+    assert with_bn.count == without_bn.count  # the island adds no cast
     # the same numbers as the float32 island (the activation cast up and the output back)
     ref.train(train)
     low = lambda t: t.to(dtype)  # noqa: E731
