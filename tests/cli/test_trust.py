@@ -236,6 +236,25 @@ def test_a_sweeper_callable_needs_a_grant(tmp_path):
         check_trust(cfg, Grants())
 
 
+@pytest.mark.parametrize("argv,key", [
+    (["+hydra.job.env_set.PYTHONSTARTUP=x.py"], "hydra.job.env_set.PYTHONSTARTUP"),
+    (["+hydra.job.env_set.LD_PRELOAD=x.so", "trainer=ddp_sim"], "hydra.job.env_set.LD_PRELOAD"),
+    (["hydra.job_logging.handlers.file.filename=${hydra:runtime.cwd}/evil.pth"],
+     "hydra.job_logging.handlers.file.filename"),
+    (["+hydra.job_logging.handlers.leak.class=logging.handlers.HTTPHandler",
+      "+hydra.job_logging.handlers.leak.host=127.0.0.1:9",
+      "+hydra.job_logging.handlers.leak.url=/x"],
+     "HTTPHandler"),
+    (["+tags=[${oc.env:SOME_SECRET,none}]"], "SOME_SECRET"),
+    (["+data.host=10.1.2.3"], "another host"),
+    (["hydra.output_subdir=../../escaped"], "hydra.output_subdir"),
+], ids=["env_set", "env_set_ddp", "log_file", "network_handler", "secret", "host", "subdir"])
+def test_the_routes_are_refused_from_overrides_too(box, capsys, argv, key):
+    """A command line copied from a shared page is checked like a YAML (only grants are
+    taken from it)."""
+    _refused(argv, box, capsys, key)
+
+
 # --- 6. the SLURM launcher's shell lines -----------------------------------------------------
 
 
