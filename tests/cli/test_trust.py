@@ -352,6 +352,8 @@ ROUTES = {  # the key a gadget lands at -> what it consumes
     "hydra.job.env_set.LD_PRELOAD": "env",
     "hydra.job.env_set.NCCL_NET_PLUGIN": "env",
     "extra_trusted_targets": "grant",
+    "trusted_hosts": "grant",
+    "trusted_env": "grant",
 }
 
 
