@@ -28,6 +28,7 @@ __all__ = [
     "check_in_process",
     "all_on_cpu",
     "check_training_strategy",
+    "compile_network_instead",
     "fast_path_ok",
     "mean_over_ranks",
     "quiet_lightning",
@@ -376,3 +377,41 @@ def check_in_process(trainer: L.Trainer, api: str, requested: Any = None) -> Non
             "them. Use strategy='ddp' (Lightning re-runs the script for each process; under "
             "torchrun / srun it joins the processes they start)."
         )
+
+
+def compile_network_instead(module: L.LightningModule, network: nn.Module) -> bool:
+    """``torch.compile(lit_model)`` then ``trainer.fit``: compile ``network``, not the steps.
+
+    Lightning's way of compiling (``model = torch.compile(model); trainer.fit(model)``) hands
+    the Trainer the module with its ``forward`` and ``*_step`` methods wrapped by TorchDynamo
+    (``lightning.pytorch.utilities.compile.from_compiled``). A LitModel's steps are MindSpore's
+    train cell driven by hand -- manual optimization, loss-scale and overflow bookkeeping,
+    ``self.log``, the callbacks' counters -- host-side Python that Dynamo cannot trace
+    (it failed inside ``self.log`` with an ``InternalTorchDynamoError``). Within a Trainer
+    call this puts the steps back and compiles ``network`` instead, with the same Dynamo
+    context (the backend and mode given to ``torch.compile``): the backbone's forward and
+    backward run compiled, the step logic eagerly. Its parameters and ``state_dict`` keys are
+    unchanged (``nn.Module.compile``'s form), so checkpoints load in uncompiled models.
+
+    Args:
+        module: the LightningModule the Trainer runs (the LitModel).
+        network: the backbone to compile in its place.
+
+    Returns:
+        Whether ``module`` had been compiled (its steps are now the uncompiled ones).
+
+    Example:
+        >>> compile_network_instead(L.LightningModule(), nn.Linear(2, 2))  # nothing compiled
+        False
+    """
+    ctx = getattr(module, "_compiler_ctx", None)
+    if not ctx or ctx.get("compiler") != "dynamo":
+        return False
+    from lightning.pytorch.utilities.compile import to_uncompiled
+
+    dynamo_ctx = ctx["dynamo_ctx"]
+    to_uncompiled(module)
+    # nn.Module.compile's form: __call__ (hooks included) goes through the compiled function
+    if getattr(network, "_compiled_call_impl", None) is None:
+        network._compiled_call_impl = dynamo_ctx(network._call_impl)
+    return True

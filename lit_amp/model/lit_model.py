@@ -41,6 +41,7 @@ from lit_amp.model._lightning import (
     all_on_cpu,
     check_in_process,
     check_training_strategy,
+    compile_network_instead,
     fast_path_ok,
     mean_over_ranks,
 )
@@ -375,7 +376,10 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         Under a ``ModelParallelStrategy`` (``strategy="fsdp2"``) the network is then sharded
         with FSDP2 (once; see :mod:`lit_amp.model.sharding`) and the optimizer re-pointed at
         the sharded parameters, after the AMP hooks, so that they see gathered parameters.
+        A LitModel given to the Trainer through ``torch.compile`` has its network compiled
+        instead of its steps (see :func:`~lit_amp.model._lightning.compile_network_instead`).
         """
+        compile_network_instead(self, self.network)
         if self._trainer is None:
             self.apply_amp(None)
             return
