@@ -42,6 +42,7 @@ __all__ = ["DirectorySource", "write_shard", "shard_of"]
 log = logging.getLogger(__name__)
 
 _FORMATS = ("jsonl", "npz", "pt")
+_MAX_SHARD_BYTES = 256 << 20  # default DirectorySource(max_shard_bytes=...)
 _READ_TRIES = 4  # attempts at reading a file that fails with an OSError (permission denied)
 _RETRY_S = 0.25  # ... the n-th retry waits n * _RETRY_S seconds
 _RETRY = object()  # _read's answer: not read now, try again later
@@ -198,6 +199,12 @@ class DirectorySource(StreamSource):
             cursor. ``files_deleted`` counts them. The files are unlinked by a background
             thread (:mod:`~lit_amp.rec.sources.deleter`), so the training loop does not wait
             for the disk; a name that now holds another file than the one read is kept.
+        max_shard_bytes: the most bytes an ``.npz`` shard's arrays may declare (default
+            256 MiB; None: no limit). The members' declared uncompressed sizes and ``.npy``
+            headers are checked before anything is decompressed; a shard over the limit (a
+            zip bomb: a few MB of deflated zeros declaring GBs) is dead-lettered whole, like
+            a corrupt file. Only the arrays the schema reads (``schema.shard_arrays``, if it
+            names them) are read or counted; other members are never decompressed.
 
     Raises:
         ValueError: bad sizes, intervals or suffixes.
@@ -232,6 +239,7 @@ class DirectorySource(StreamSource):
         rank: int | None = None,
         world_size: int | None = None,
         delete_consumed: bool = False,
+        max_shard_bytes: int | None = _MAX_SHARD_BYTES,
     ) -> None:
         directory = os.path.abspath(os.fspath(directory))
         super().__init__(
@@ -253,6 +261,13 @@ class DirectorySource(StreamSource):
                 f"For '{owner}', the argument 'delete_consumed' must be a bool, but got "
                 f"{delete_consumed!r}."
             )
+        if max_shard_bytes is not None and (
+                not isinstance(max_shard_bytes, int) or isinstance(max_shard_bytes, bool)
+                or max_shard_bytes <= 0):
+            raise ValueError(
+                f"For '{owner}', the argument 'max_shard_bytes' must be a positive int or "
+                f"None, but got {max_shard_bytes!r}."
+            )
         bad = [s for s in suffixes if s not in _FORMATS]
         if not suffixes or bad:
             raise ValueError(
@@ -270,6 +285,7 @@ class DirectorySource(StreamSource):
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = rank, world_size
         self.delete_consumed = delete_consumed
+        self.max_shard_bytes = max_shard_bytes
         self._deleter = Deleter(directory, owner)
         self._cursor = {"done": frozenset(), "partial": {}}
         self._missing_logged = False
@@ -459,7 +475,9 @@ class DirectorySource(StreamSource):
                     cols, index, bad = parsed
                     n_total = len(lines)
                 elif name.endswith(".npz"):
-                    cols, index, bad, n_total = schema.check_columns(read_npz(fd))
+                    arrays = read_npz(fd, getattr(schema, "shard_arrays", None),
+                                      max_bytes=self.max_shard_bytes)
+                    cols, index, bad, n_total = schema.check_columns(arrays)
                 else:
                     arrays = torch.load(f, map_location="cpu", weights_only=True)
                     if not isinstance(arrays, dict):

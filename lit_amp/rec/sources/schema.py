@@ -65,6 +65,10 @@ class ClickSchema:
         (torch.Size([1, 3]), 1.0, 7)
     """
 
+    #: the arrays of a shard that :meth:`check_columns` reads (DirectorySource neither
+    #: reads nor decompresses an ``.npz`` shard's other members)
+    shard_arrays = ("id", "label", "dense", "cat")
+
     def __init__(self, num_dense: int = 13, num_cat: int = 26) -> None:
         for name, v in (("num_dense", num_dense), ("num_cat", num_cat)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -233,10 +237,10 @@ class ClickSchema:
         Raises:
             ValueError: the shard as a whole is unusable (missing arrays, mismatched lengths).
         """
-        missing = [k for k in ("id", "label", "dense", "cat") if k not in arrays]
+        missing = [k for k in self.shard_arrays if k not in arrays]
         if missing:
             raise ValueError(f"shard lacks array(s) {missing}")
-        cols = {k: np.asarray(_to_numpy(arrays[k])) for k in ("id", "label", "dense", "cat")}
+        cols = {k: np.asarray(_to_numpy(arrays[k])) for k in self.shard_arrays}
         n = len(cols["id"])
         if cols["dense"].ndim == 1 and self.num_dense == 0:
             cols["dense"] = cols["dense"].reshape(n, 0)
