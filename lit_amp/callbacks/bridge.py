@@ -10,8 +10,11 @@ on_train_start                     ``cur_step_num`` = 0 (a run resumed mid-epoch
                                    of that epoch already trained), enter callbacks,
                                    ``on_train_begin``
 on_train_epoch_start               ``cur_epoch_num`` (1-based, absolute), ``on_train_epoch_begin``
+                                   (fit: validate after it per ``valid_frequency``; an epoch
+                                   resumed mid-way after its remaining batches)
 on_train_batch_start               ``cur_step_num`` += 1 (sink: sink_size), ``on_train_step_begin``
 on_train_batch_end                 ``net_outputs``, ``on_train_step_end``, stop -> should_stop
+                                   (a stop before the epoch's last batch: no validation)
 on_validation_* (during fit)       ``on_eval_*`` on custom callbacks and TimeMonitor only
 on_train_epoch_end                 ``metrics``/``eval_results`` set, ``on_train_epoch_end``, popped
 on_train_end                       ``on_train_end``, leave callbacks
@@ -128,6 +131,8 @@ class MindSporeCallbackBridge(L.Callback):
         self.eval_during_fit = eval_during_fit
         self._saved: dict[str, Any] = {}
         self._in_fit_eval = False
+        self._resumed_batches = 0  # batches of the first epoch trained before (a resume)
+        self._val_check_batch: Any = None  # Lightning's, while the resumed epoch changes it
         #: MindSpore's evaluation during fit has its own RunContext: a stop requested there
         #: ends that evaluation only, training goes on
         self.eval_run_context = RunContext(cb_params)
@@ -282,7 +287,7 @@ class MindSporeCallbackBridge(L.Callback):
         self._common(trainer)
         # a run resumed mid-epoch (BackupAndRestore) counts the batches of that epoch
         # already trained, so step-based names and cadences continue where it stopped
-        self.cb.cur_step_num = max(
+        self.cb.cur_step_num = self._resumed_batches = max(
             (int(getattr(c, "resume_step_num", 0) or 0) for c in self.callbacks), default=0
         )
         # MindSpore leaves cur_epoch_num unset until the first epoch begins, and a stop requested
@@ -297,7 +302,21 @@ class MindSporeCallbackBridge(L.Callback):
             trainer.check_val_every_n_epoch = (
                 1 if should_eval(epoch, self.valid_frequency) else _NEVER
             )
+            self._validate_at_the_resumed_epochs_end(trainer)
         self.begin_epoch(epoch)
+
+    def _validate_at_the_resumed_epochs_end(self, trainer: L.Trainer) -> None:
+        """An epoch resumed mid-way trains only its remaining batches: Lightning validates
+        after the last of them (it counts ``val_check_batch`` batches from the epoch's start),
+        and after the whole of the next epochs."""
+        if self._val_check_batch is not None:
+            trainer.val_check_batch, self._val_check_batch = self._val_check_batch, None
+        if (trainer.current_epoch == 0 and self._resumed_batches
+                and not self.cb.get("dataset_sink_mode")
+                and isinstance(trainer.val_check_batch, int)
+                and trainer.val_check_batch == trainer.num_training_batches):
+            self._val_check_batch = trainer.val_check_batch
+            trainer.val_check_batch = max(1, trainer.val_check_batch - self._resumed_batches)
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -313,6 +332,13 @@ class MindSporeCallbackBridge(L.Callback):
         batch_idx: int,
     ) -> None:
         self.end_step(outputs)
+        if (self.eval_during_fit and self.run_context.get_stop_requested()
+                and not self.cb.get("dataset_sink_mode")
+                and not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch):
+            # a stop mid-epoch (a preemption) is not the epoch's end: its weights are not that
+            # epoch's result, so it is not evaluated (Lightning would validate at any stop);
+            # a run resumed from the position evaluates the epoch at its real end
+            trainer.check_val_every_n_epoch = _NEVER
         self._sync_stop(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
