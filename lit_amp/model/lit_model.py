@@ -181,6 +181,9 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         #: epochs trained before the current Trainer's run (``Model.train(initial_epoch=k)``):
         #: checkpoints count them, so that Lightning resumes a file at its absolute epoch
         self.epoch_offset = 0
+        #: batches of the first epoch trained before the current Trainer's run (a run that
+        #: ``BackupAndRestore`` resumes mid-epoch): the loggers' step counts them
+        self.batch_offset = 0
         self.automatic_optimization = False
         self.log_train_loss = True  # Model turns this off when nothing would show the value
         self._amp_applied = False
@@ -580,9 +583,10 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         self.train()
 
     def on_fit_end(self) -> None:
-        self.epoch_offset = 0  # Model.train's offset ends with its run
+        self.epoch_offset = self.batch_offset = 0  # Model.train's offsets end with its run
 
     def on_train_start(self) -> None:
+        self.continue_logged_counters(self.trainer)
         self._release_sink_graph()
         self.__dict__["_sink_graph_status"] = None
         self._lopt = self.optimizers() if self._optimizer is not None else None

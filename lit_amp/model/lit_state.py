@@ -53,8 +53,11 @@ class CheckpointStateMixin:
             # a dump (not a load): the full training state, as Trainer.save_checkpoint writes
             state = trainer._checkpoint_connector.dump_checkpoint(False)
             if self.epoch_offset:
-                _shift_progress(state, self.epoch_offset,
-                                *(self.epoch_offset * n for n in self._per_epoch(trainer)))
+                # (the batches that stepped, the loggers' step, count from the run's start
+                # already: continue_logged_counters)
+                batches, steps, _ = self._per_epoch(trainer)
+                _shift_progress(state, self.epoch_offset, self.epoch_offset * batches,
+                                self.epoch_offset * steps, 0)
         else:
             state = {"epoch": 0, "global_step": 0,
                      "pytorch-lightning_version": L.__version__}
@@ -66,6 +69,33 @@ class CheckpointStateMixin:
         if self.boost is not None:
             state[BOOST_KEY] = self.boost.state_dict()
         return state
+
+    def continue_logged_counters(self, trainer: Any) -> None:
+        """At train start: the loggers' epoch and step continue those of the epochs (and
+        batches of a mid-epoch resume) trained before this Trainer's run.
+
+        Lightning logs each row at step ``_batches_that_stepped`` (also its ``log_every_n_steps``
+        cadence) with ``epoch = current_epoch``; both count from this Trainer's start, so a
+        resumed run's log would start again at epoch 0, step 0. The step counter is moved on
+        by the batches that stepped before (checkpoints then hold the run's count too), and
+        the epoch Lightning adds to a row by ``epoch_offset``.
+        """
+        if not (self.epoch_offset or self.batch_offset):
+            return
+        _, _, stepped = self._per_epoch(trainer)
+        accumulate = max(int(trainer.accumulate_grad_batches or 1), 1)
+        loop = trainer.fit_loop.epoch_loop
+        loop._batches_that_stepped += (self.epoch_offset * stepped
+                                       + -(-self.batch_offset // accumulate))
+        connector, offset = trainer._logger_connector, self.epoch_offset
+        log_metrics = connector.log_metrics
+
+        def log_continued(metrics: dict, step: int | None = None) -> None:
+            if metrics and offset and step is None and not {"step", "epoch"} & set(metrics):
+                metrics = {**metrics, "epoch": trainer.current_epoch + offset}
+            log_metrics(metrics, step)
+
+        connector.log_metrics = log_continued
 
     def _per_epoch(self, trainer: Any) -> tuple[int, int, int]:
         """One epoch of ``trainer``: its batches, optimizer steps and batches that stepped.

@@ -256,10 +256,12 @@ class Model:
         lit = self._lit
         self._apply_amp()
         fit_data = train_dataset
+        resumed_batches = 0
         for cb in cbl:
             if type(cb).__name__ == "BackupAndRestore":
                 initial_epoch = max(initial_epoch, int(cb.restore(lit)))
                 fit_data = cb.prepare_dataset(fit_data, sink, initial_epoch)  # RNG, position
+                resumed_batches = max(resumed_batches, cb.resume_step_num)
         if initial_epoch >= epoch:
             log.info("Nothing to train: epoch %d was already reached (restored).", epoch)
             return
@@ -282,7 +284,8 @@ class Model:
         trainer = self._make_trainer(max_epochs=epoch - initial_epoch, callbacks=[
             *([SinkSizeOfRank(data, cb_params, bridge)] if per_pass else []),
             RankStepCount(cb_params, sink=sink), bridge, *pl_cbs])
-        lit.epoch_offset = initial_epoch  # checkpoints count the epochs done before
+        lit.epoch_offset = initial_epoch  # checkpoints and loggers count the epochs done before
+        lit.batch_offset = resumed_batches  # and the batches of a mid-epoch resume
         lit.sink_mode = sink
         try:
             with quiet_lightning():
