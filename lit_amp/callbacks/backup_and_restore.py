@@ -30,6 +30,10 @@ process and under DDP.
   epoch boundary.
 * Other random state (DataLoader workers' own generators beyond their torch seed, a custom
   iterable's private RNG) is not saved.
+* The resumed run is the same run: the backup also holds the ``state_dict()`` of the run's
+  other callbacks that have ``state_dict`` / ``load_state_dict`` (``ModelCheckpoint``: its
+  prefix in use and the step of its last periodic save), loaded back into them at train
+  begin, so their files keep the uninterrupted run's names.
 
 The random state and the loaders of a resumed run live in :mod:`lit_amp.callbacks._resume`.
 """
@@ -70,7 +74,8 @@ class BackupAndRestore(Callback):
     At a train epoch end with ``cur_epoch_num % save_freq == 0`` the train network's state
     (network, optimizer, loss scale) is written atomically with
     ``append_info = {"epoch_num": cur_epoch_num, "step_num": cur_step_num, "step_in_epoch": 0,
-    "rng": <random state>}``. A stop requested mid-epoch writes the position instead
+    "rng": <random state>, "callback_states": <the other callbacks' state_dict()>}``. A stop
+    requested mid-epoch writes the position instead
     (``epoch_num`` = the epochs completed, ``step_in_epoch`` = the batches of the next epoch
     already trained; see the module docstring). At train end the file is deleted when
     ``delete_checkpoint`` is True and the run reached its last epoch; a run that dies or is
@@ -144,6 +149,7 @@ class BackupAndRestore(Callback):
         self._skip_world = 1  # the number of processes that wrote a mid-epoch backup
         self._seed = int(os.getenv("PL_GLOBAL_SEED", "0"))  # the DDP sampler's seed
         self._exact_ddp = False  # the train loader was rebuilt (see ResumeLoader)
+        self._callback_states: dict = {}  # the backup's, for the resumed run's callbacks
         self._steps = 0  # batches of the current epoch trained (including skipped ones)
         self._first_epoch = True
         #: ``cur_step_num`` the resumed run starts from (the batches of its first epoch
@@ -210,6 +216,7 @@ class BackupAndRestore(Callback):
         usable = bool(resume) and (initial_epoch is None or initial_epoch == restored_epoch)
         starts = resume.get("rng_ranks") or [resume.get("rng")] if usable else None
         skip = int(resume.get("step_in_epoch", 0)) if usable else 0
+        self._callback_states = dict(resume.get("callback_states") or {}) if usable else {}
         plan = Resume(skip, starts,
                        resume.get("rng_now_ranks") or [resume.get("rng_now")] if skip else None)
         first = plan.take_start() if starts else None  # this process's (rank 0 before DDP)
@@ -269,6 +276,10 @@ class BackupAndRestore(Callback):
         world = int(cb.get("device_number", 1) or 1)
         if self._restored:
             self._restored = False
+            states, self._callback_states = self._callback_states, {}
+            for key, other in _stateful(cb, self).items():
+                if key in states:
+                    other.load_state_dict(states[key])
             if self._skip and world != self._skip_world:
                 raise RuntimeError(
                     f"BackupAndRestore: the backup {self.backup_file!r} was made mid-epoch by "
@@ -351,6 +362,7 @@ class BackupAndRestore(Callback):
         if target is None:
             target = cb.get("network")
         info["sampler_seed"] = self._seed
+        info["callback_states"] = {k: c.state_dict() for k, c in _stateful(cb, self).items()}
         payload = checkpoint_payload(target, info)  # every rank: may be a collective
         if is_rank_zero(cb):
             write_checkpoint(payload, self.backup_file)
@@ -372,3 +384,17 @@ class BackupAndRestore(Callback):
             os.chmod(self.backup_file, stat.S_IWRITE | stat.S_IREAD)
             os.remove(self.backup_file)
             log.info("Deleted the backup %s.", self.backup_file)
+
+
+def _stateful(cb: Any, me: Callback) -> dict[str, Any]:
+    """The run's other callbacks with a ``state_dict`` / ``load_state_dict`` (such as
+    ``ModelCheckpoint``: its prefix and step cadence), keyed by class name and occurrence."""
+    out: dict[str, Any] = {}
+    for other in cb.get("list_callback") or ():
+        if other is me or not (callable(getattr(other, "state_dict", None))
+                               and callable(getattr(other, "load_state_dict", None))):
+            continue
+        name = type(other).__name__
+        n = sum(k.split("#")[0] == name for k in out)
+        out[f"{name}#{n}" if n else name] = other
+    return out

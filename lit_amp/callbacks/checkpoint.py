@@ -145,7 +145,9 @@ class ModelCheckpoint(Callback):
     size, still saves), or in seconds mode when the interval has elapsed. At train end it saves
     once more unless that step was already saved. Files are named
     ``{prefix}-{cur_epoch_num}_{step_in_epoch}.ckpt`` in ``directory``; if checkpoint files with
-    the same prefix already exist there, the prefix becomes ``{prefix}_{N}``. When the number of
+    the same prefix already exist there, the prefix becomes ``{prefix}_{N}`` (not in a run that
+    ``BackupAndRestore`` resumes: it keeps the prefix of its earlier start and counts
+    ``save_checkpoint_steps`` from the run's start, see :meth:`load_state_dict`). When the number of
     files reaches ``keep_checkpoint_max`` the oldest is deleted before the next save.
 
     What is saved: ``cb_params.train_network`` (``Model``'s ``LitModel``: its Lightning
@@ -242,6 +244,9 @@ class ModelCheckpoint(Callback):
         self._append_step_num = self._append_dict.get("step_num", 0)
         self._latest_ckpt_file_name = ""
         self._last_triggered_step = 0
+        self._steps_before = 0  # the run's steps before this call (initial_epoch x batch_num)
+        self._run_state: dict | None = None  # load_state_dict's, until the run begins
+        self._in_run = False
         self._last_time = time.time()
         self._last_time_for_keep = time.time()
         self._thread: threading.Thread | None = None
@@ -278,9 +283,50 @@ class ModelCheckpoint(Callback):
             if removed:
                 log.info("ModelCheckpoint: removed %d temp file(s) of an interrupted write: %s",
                          len(removed), ", ".join(os.path.basename(p) for p in removed))
+        cb_params = run_context.original_args()
+        self._steps_before = (int(cb_params.get("initial_epoch", 0) or 0)
+                              * int(cb_params.get("batch_num", 0) or 0))
         self._last_triggered_step = 0
         self._last_time = time.time()
         self._last_time_for_keep = time.time()
+        self._in_run = True
+        if self._run_state is not None:
+            self._continue_run()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to go on with this run's files (``BackupAndRestore``
+        saves it in its backup): the directory, the prefix in use and the run's step
+        (``initial_epoch * batch_num + cur_step_num``) of the last step-triggered save.
+
+        Example:
+            >>> import tempfile
+            >>> ModelCheckpoint("net", tempfile.mkdtemp()).state_dict()["prefix"]
+            'net'
+        """
+        return {"directory": self._directory, "prefix": self._prefix,
+                "exception_prefix": self._exception_prefix,
+                "last_triggered_step": self._steps_before + self._last_triggered_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the run of :meth:`state_dict` (``BackupAndRestore`` calls it when it
+        resumes the run): a file this run writes keeps the prefix the earlier start used (not
+        MindSpore's ``prefix_{N}`` for a new run), and ``save_checkpoint_steps`` counts from
+        the run's start. A state of another directory or prefix is ignored. Applied at train
+        begin (or at once when the run has begun)."""
+        self._run_state = dict(state)
+        if self._in_run:
+            self._continue_run()
+
+    def _continue_run(self) -> None:
+        state, self._run_state = self._run_state or {}, None
+        if state.get("directory") != self._directory:
+            return
+        own = self._own_files
+        for attr, key in (("_prefix", "prefix"), ("_exception_prefix", "exception_prefix")):
+            prefix = state.get(key)
+            if own is not None and isinstance(prefix, str) and own.fullmatch(f"{prefix}-1_1.ckpt"):
+                setattr(self, attr, prefix)
+        self._last_triggered_step = int(state.get("last_triggered_step", 0)) - self._steps_before
 
     def on_train_step_end(self, run_context: RunContext) -> None:
         """Call a callable ``prefix``, then save a checkpoint if the step or time trigger fired."""
@@ -291,6 +337,7 @@ class ModelCheckpoint(Callback):
 
     def on_train_end(self, run_context: RunContext) -> None:
         """Save the last checkpoint unless this step was saved already, then wait for writes."""
+        self._in_run = False
         self._save_ckpt(run_context.original_args(), force_to_save=True)
         self._join()
 
