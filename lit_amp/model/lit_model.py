@@ -36,6 +36,7 @@ from torch import nn
 from lit_amp.amp.cells import TrainOneStepCell, WithEvalCell, WithLossCell
 from lit_amp.amp.loss_scale.controller import LossScaleController
 from lit_amp.metrics import get_metrics, metric_value_to_python, update_metrics
+from lit_amp.metrics.aggregation import Loss
 from lit_amp.model._checks import MODEL_KWARGS, check_model_arguments
 from lit_amp.model._lightning import (
     all_on_cpu,
@@ -914,8 +915,9 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
 
         The mean loss is reduced over the ranks under DDP (every rank takes part, also one
         that evaluated no batch). Scalar results are logged (``prefix`` + name) when attached
-        to a Trainer; all results land in ``last_eval_results``
-        (``{"metrics": {...}, "eval_loss": float | None}``).
+        to a Trainer -- a ``Loss`` metric (``metrics={"loss"}``) is the mean eval loss by
+        construction, so it is logged once, as ``eval_loss`` -- and all results land in
+        ``last_eval_results`` (``{"metrics": {...}, "eval_loss": float | None}``).
 
         Args:
             prefix: prepended to the logged names.
@@ -927,6 +929,10 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         eval_loss = mean_over_ranks(trainer, self._eval_loss_sum, self._eval_loss_n)
         scalars = {k: v for k, v in results.items() if isinstance(v, float)}
         if eval_loss is not None:
+            # Loss: Σ_k mean(loss_k) / n_batches of outputs[eval_indexes[0]], as eval_loss
+            for k, m in self.metric_fns.items():
+                if type(m) is Loss:
+                    scalars.pop(k, None)
             scalars["eval_loss"] = eval_loss
         if scalars and self._trainer is not None:
             self.log_dict({f"{prefix}{k}": v for k, v in scalars.items()}, sync_dist=False)

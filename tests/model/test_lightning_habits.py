@@ -136,10 +136,12 @@ def test_train_val_and_test_values_are_logged_under_distinct_names(tmp_path):
     trainer = _trainer(tmp_path, max_epochs=2)
     trainer.fit(lit, _loader(4), _loader(2, seed=1))
     logged = set(trainer.callback_metrics)
-    assert {"train/loss", "val/acc", "val/loss", "val/eval_loss"} <= logged
-    assert not logged & {"loss", "acc", "eval_loss"}
+    assert {"train/loss", "val/acc", "val/eval_loss"} <= logged
+    # the Loss metric ('loss') is the mean eval loss: logged once, as eval_loss (issue #48)
+    assert not logged & {"loss", "acc", "eval_loss", "val/loss"}
     test = trainer.test(lit, _loader(2, seed=2), verbose=False)[0]
-    assert set(test) == {"test/acc", "test/loss", "test/eval_loss"}
+    assert set(test) == {"test/acc", "test/eval_loss"}
+    assert test["test/eval_loss"] == pytest.approx(lit.last_eval_results["metrics"]["loss"])
     assert test["test/acc"] == pytest.approx(lit.last_eval_results["metrics"]["acc"])
 
 
