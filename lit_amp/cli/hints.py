@@ -1,15 +1,15 @@
 """Advice for a misspelled group or key on ``lit-amp``'s command line.
 
-Hydra answers ``lit-amp amps=O2`` with "Could not override 'amps'. To append to your config use
-+amps=O2" — advice to add the typo. Within :func:`unknown_key_hints` such a failure (an
-override, or a ``~`` deletion, of a key the composed config does not have) gets one line
-above Hydra's message naming the closest groups and keys of the config being composed
-(difflib)::
+Hydra answers ``lit-amp amps=O2`` with eight lines ("Could not override 'amps'. To append to
+your config use +amps=O2", the schema's complaint, a pointer to ``HYDRA_FULL_ERROR``) — advice
+to add the typo. Within :func:`unknown_key_hints` such a failure (an override, or a ``~``
+deletion, of a key the composed config does not have; in a ``-m`` sweep too) is one line on
+standard error naming the closest groups and keys of the config being composed (difflib),
+and the command exits with status 1::
 
     lit-amp: no group/key 'amps'; did you mean 'amp'?
-    Could not override 'amps'.
-    To append to your config use +amps=O2
-    Key 'amps' not in 'LitAmpSchema'
+
+With ``HYDRA_FULL_ERROR=1`` the line heads Hydra's message and traceback instead.
 
 The names come from the config Hydra was composing when the override failed (so
 ``optimizer.lrr`` is matched against the keys of the optimizer actually chosen), the config
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -151,7 +153,7 @@ def _hinted(exc: Exception, key: str, cfg: Any) -> Exception:
 
 @contextlib.contextmanager
 def unknown_key_hints() -> Iterator[None]:
-    """Within the block, Hydra's "Could not override" / "Could not delete" failures get a hint.
+    """Within the block, Hydra's "Could not override" / "Could not delete" failures are one line.
 
     Hydra's ``ConfigLoaderImpl._apply_overrides_to_config`` is wrapped for the block only
     (each override is applied alone, so the failing one is known with the config it failed
@@ -182,7 +184,10 @@ def unknown_key_hints() -> Iterator[None]:
                 new = _hinted(exc, str(override.key_or_group), cfg)
                 if new is exc:
                     raise
-                raise new from exc.__cause__
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise new from exc.__cause__
+                print(str(new).partition("\n")[0], file=sys.stderr, flush=True)
+                raise SystemExit(1) from None
 
     ConfigLoaderImpl._apply_overrides_to_config = staticmethod(with_hints)
     try:
