@@ -3,8 +3,9 @@
 
 How it works
 ------------
-Parameters stay **stored in float32** at every level. A converted module computes in the low
-dtype the way MindSpore's ``Cell.to_float`` does: forward hooks, installed **in place** on the
+Parameters stay **stored in float32** at every level. At O2/O3 (and for a custom white list)
+a converted module computes in the low dtype the way MindSpore's ``Cell.to_float`` does: forward
+hooks, installed **in place** on the
 modules themselves (so ``DistributedDataParallel`` and Lightning's strategies, which discard a
 replacement module, keep working), cast the module's floating inputs to the low dtype and, for
 the duration of its ``forward``, replace its parameters by low-precision copies made with an
@@ -16,11 +17,14 @@ cast the same way; a buffer the forward updates in place (BatchNorm's running st
 Level  What computes in the low dtype
 =====  ==================================================================================
 O0     nothing: the network is returned unchanged.
-O1     white-listed modules (:func:`~lit_amp.amp.lists.get_white_list`; their output is
-       cast back to float32) and white-listed torch functions called anywhere inside the
-       network's forward (``torch.matmul``, ``@``, ``F.linear``, ``F.conv*``, ``F.relu``, ...;
-       intercepted with a ``TorchFunctionMode`` that is active only during that forward:
-       inputs cast to the low dtype, result cast back to float32).
+O1     the network's forward runs in a ``torch.autocast`` region of the low dtype (a hook
+       pair on the root): autocast's low-precision ops (convolutions, matmuls, ``F.linear``,
+       ...) compute in the low dtype and hand it on; the output is cast to float32. The RNN
+       cells, which the CPU's autocast leaves in float32, compute in the low dtype with their
+       output cast back (:data:`~lit_amp.amp.lists.AUTOCAST_WHITE_GAPS`). With a custom white
+       list (``custom_mixed_precision``), MindSpore's mechanism: white-listed modules compute
+       in the low dtype with their output cast back to float32, and white-listed torch
+       functions are intercepted with a ``TorchFunctionMode`` active only during the forward.
 O2     everything except black-listed modules (BatchNorm*, LayerNorm, SyncBatchNorm,
        GroupNorm), which compute in float32 and hand the low dtype on; the network's output
        is cast to float32.
@@ -71,7 +75,7 @@ from lit_amp.amp.levels import (
     validate_amp_dtype,
     validate_amp_level,
 )
-from lit_amp.amp.lists import BLACK_LIST_MODULES, WHITE_LIST_FUNCTIONS, WHITE_LIST_MODULES
+from lit_amp.amp.lists import BLACK_LIST_MODULES
 
 __all__ = [
     "auto_mixed_precision",
@@ -325,7 +329,7 @@ def apply_amp_config(
             kwargs.update(white_classes=classes, white_functions=functions,
                           white_patterns=patterns)
         else:
-            kwargs.update(white_classes=WHITE_LIST_MODULES, white_functions=WHITE_LIST_FUNCTIONS)
+            mech = "autocast"  # the built-in lists: on torch.autocast (hooks.convert)
     elif mech == "O2":
         if cfg.black_list is not None:
             classes, _, patterns = split_amp_list(list(cfg.black_list), "black_list", False)

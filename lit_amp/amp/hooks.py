@@ -10,7 +10,8 @@ running statistics at ``O3``) is copied back into the float32 buffer afterwards.
 
 Reading order: :func:`plan_roles` gives every module a role (low, float32 island, float32);
 :func:`convert` installs an :class:`_AmpPreHook` / :class:`_AmpPostHook` pair per role;
-the pre-hook swaps parameters in (:func:`_swap_in`) and, at O1, enters the
+the pre-hook swaps parameters in (:func:`_swap_in`) and, on the root, enters the O1 context:
+a ``torch.autocast`` region (the built-in O1) or, for a custom white list, the
 :class:`~lit_amp.amp.casting.O1FunctionMode` that intercepts white-listed torch functions.
 
 Example:
@@ -41,12 +42,14 @@ from lit_amp.amp.casting import (
     _cast_param,
     _cast_tree,
     _first_tensor,
+    _has_float64,
     _input_src,
     _linear_forward,
     _mode_active,
 )
 from lit_amp.amp.levels import LOW_DTYPES
 from lit_amp.amp.lists import (
+    AUTOCAST_WHITE_GAPS,
     BLACK_LIST_MODULES,
     FP32_MODULES,
     WHITE_LIST_FUNCTIONS,
@@ -93,9 +96,37 @@ class _AmpState:
     cache_casts: bool = True
     functions: frozenset = field(default_factory=frozenset)
     device_checked: bool = False
+    #: O1 on torch.autocast: the root's forward runs in an autocast region of ``dtype``
+    autocast: bool = False
 
-    def mode(self) -> O1FunctionMode | None:
-        return O1FunctionMode(self.dtype, self.functions) if self.functions else None
+    def mode(self, args: tuple, kwargs: dict) -> Any:
+        """The context the root's forward runs in (None: none, or one already active)."""
+        if self.autocast:
+            device_type = _device_type(args, kwargs)
+            if (torch.is_autocast_enabled(device_type)
+                    and torch.get_autocast_dtype(device_type) == self.dtype):
+                return None  # inside the plugin's region (or an enclosing converted network)
+            return torch.autocast(device_type, dtype=self.dtype, cache_enabled=self.cache_casts)
+        if not self.functions:
+            return None
+        mode = O1FunctionMode(self.dtype, self.functions)
+        return None if _mode_active(mode) else mode
+
+
+def _device_type(args: tuple, kwargs: dict) -> str:
+    t = _first_tensor(args) if args else None
+    if t is None and kwargs:
+        t = _first_tensor(kwargs)
+    return t.device.type if t is not None else "cpu"
+
+
+def _autocast_off(args: tuple, kwargs: dict) -> Any:
+    """An ``autocast(enabled=False)`` region where one is active (float32 modules inside an O1
+    network: the loss, metrics), else None."""
+    device_type = _device_type(args, kwargs)
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return None
 
 
 class _Frame:
@@ -105,7 +136,7 @@ class _Frame:
         self.params: list = []
         self.buffers: list = []
         self.attrs: list = []
-        self.mode: O1FunctionMode | None = None
+        self.mode: Any = None  # an O1FunctionMode or a torch.autocast region
 
 
 def _holds_float64(module: nn.Module) -> bool:
@@ -124,16 +155,18 @@ class _AmpPreHook:
         entries: list[tuple[nn.Module, str, int]] | None,
         enter_mode: bool,
         is_root: bool,
+        leave_autocast: bool = False,
     ) -> None:
         self.state = state
         self.in_dtype = in_dtype
         self.entries = entries
         self.enter_mode = enter_mode
         self.is_root = is_root
+        self.leave_autocast = leave_autocast
 
     @property
     def needs_frame(self) -> bool:
-        return bool(self.entries) or self.enter_mode
+        return bool(self.entries) or self.enter_mode or self.leave_autocast
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> Any:
         state = self.state
@@ -143,14 +176,20 @@ class _AmpPreHook:
         if self.needs_frame:
             frame = _Frame()
             module.__dict__.setdefault("_amp_frames", []).append(frame)
-        if self.enter_mode:
-            mode = state.mode()
-            if mode is not None and not _mode_active(mode):
+        if self.enter_mode or self.leave_autocast:
+            mode = state.mode(args, kwargs) if self.enter_mode else _autocast_off(args, kwargs)
+            if mode is not None:
                 mode.__enter__()
                 frame.mode = mode
         if self.entries:
             _swap_in(self.entries, state, frame)
         if self.in_dtype is None:
+            if self.enter_mode and state.autocast and (
+                    _has_float64(args) or _has_float64(kwargs)) and not _holds_float64(module):
+                # autocast leaves float64 alone; MindSpore casts a float64 input of a low layer
+                # like a float32 one: float32 here, autocast takes it to the low dtype
+                return (_cast_tree(args, torch.float32, (torch.float64,)),
+                        _cast_tree(kwargs, torch.float32, (torch.float64,)) if kwargs else kwargs)
             return None
         if self.in_dtype in LOW_DTYPES:
             src = _input_src(args, kwargs, lambda: _holds_float64(module))
@@ -427,9 +466,19 @@ def convert(
     output_roots: Iterable[nn.Module] = (),
     cache_casts: bool = True,
 ) -> nn.Module:
-    """Install the hooks of ``mechanism`` ("O1", "O2", "O3") on ``network`` (in place)."""
-    functions = frozenset(white_functions) if mechanism == "O1" else frozenset()
-    state = _AmpState(level=level_tag, dtype=dtype, cache_casts=cache_casts, functions=functions)
+    """Install the hooks of ``mechanism`` on ``network`` (in place).
+
+    ``mechanism``: ``"autocast"`` (level O1 with the built-in lists: the root's forward runs in
+    a ``torch.autocast`` region, see :data:`lit_amp.amp.lists.AUTOCAST_WHITE_GAPS`), ``"O1"``
+    (a custom white list: MindSpore's islands and function mode), ``"O2"``, ``"O3"``.
+    """
+    on_autocast = mechanism == "autocast"
+    if on_autocast:
+        mechanism, white_classes, white_patterns = "O1", AUTOCAST_WHITE_GAPS, ()
+    functions = (frozenset(white_functions) if mechanism == "O1" and not on_autocast
+                 else frozenset())
+    state = _AmpState(level=level_tag, dtype=dtype, cache_casts=cache_casts, functions=functions,
+                      autocast=on_autocast)
     roles, islands = plan_roles(
         network, mechanism, tuple(white_classes), white_patterns, tuple(black_classes),
         black_patterns,
@@ -438,7 +487,7 @@ def convert(
     out_roots = {network, *output_roots}
     for m, role in roles.items():
         is_root = m is network
-        enter_mode = is_root and bool(functions)
+        enter_mode = is_root and (bool(functions) or on_autocast)
         handles = []
         if (
             not is_root
@@ -463,13 +512,19 @@ def convert(
                               is_root)
             post = _AmpPostHook(state, dtype, pre.needs_frame)
         elif role == _FP32:
-            pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root)
+            pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root,
+                              leave_autocast=on_autocast and not is_root)
             post = _AmpPostHook(state, None, pre.needs_frame)
         else:  # O1, outside white-listed modules
-            if not enter_mode:
+            if on_autocast and m in out_roots:
+                # autocast hands the low dtype on: the network's outputs return to float32
+                pre = _AmpPreHook(state, None, None, enter_mode, is_root)
+                post = _AmpPostHook(state, torch.float32, pre.needs_frame)
+            elif not enter_mode:
                 continue
-            pre = _AmpPreHook(state, None, None, True, is_root)
-            post = _AmpPostHook(state, None, True)
+            else:
+                pre = _AmpPreHook(state, None, None, True, is_root)
+                post = _AmpPostHook(state, None, True)
         if pre.in_dtype is not None or pre.needs_frame or is_root:
             handles.append(m.register_forward_pre_hook(pre, prepend=True, with_kwargs=True))
         if post.pops_frame or post.out_dtype is not None:
@@ -513,6 +568,6 @@ def convert_level(
         remove_hooks(network)
     if level == "O0":
         return network
-    return convert(network, mechanism=level, dtype=dtype, level_tag=level,
-                    cache_casts=cache_casts)
+    return convert(network, mechanism="autocast" if level == "O1" else level, dtype=dtype,
+                   level_tag=level, cache_casts=cache_casts)
 

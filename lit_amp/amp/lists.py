@@ -58,6 +58,7 @@ __all__ = [
     "BLACK_LIST_MODULES",
     "MINDSPORE_BLACK_LIST_MODULES",
     "FP32_MODULES",
+    "AUTOCAST_WHITE_GAPS",
 ]
 
 #: Module classes computed in the low dtype at ``O1`` (MindSpore's white-listed Cells).
@@ -109,6 +110,12 @@ WHITE_LIST_FUNCTIONS: tuple[Callable, ...] = (
     torch.relu,
     torch.Tensor.relu,
 )
+
+#: The white-listed module classes that ``torch.autocast`` does not compute in the low dtype on
+#: every device (the CPU's autocast runs ``lstm_cell``/``gru_cell``/``rnn_*_cell`` in float32):
+#: level O1, which runs on autocast, keeps MindSpore's treatment for these alone (low-precision
+#: compute, output cast back to float32; docs/differences.md, Mixed precision).
+AUTOCAST_WHITE_GAPS: tuple[type[nn.Module], ...] = (nn.LSTMCell, nn.RNNCell, nn.GRUCell)
 
 #: Module classes kept in float32 at ``O2`` (MindSpore's black list + SyncBatchNorm, GroupNorm).
 BLACK_LIST_MODULES: tuple[type[nn.Module], ...] = (

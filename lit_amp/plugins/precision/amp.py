@@ -13,8 +13,9 @@ What the plugin does, hook by hook:
   output to float32 at O2/O3, so a loss computed in ``training_step`` on ``self.model(x)`` is
   computed in float32. Loss modules and torchmetrics metrics compute in float32. A module
   already converted by lit_amp (e.g. by ``LitModel``) is left as it is.
-* ``forward_context`` - at O1, intercepts white-listed torch functions (``torch.matmul``,
-  ``F.linear``, ...) called anywhere in the step (training_step included).
+* ``forward_context`` - at O1, runs the step (training_step included) in a ``torch.autocast``
+  region of the level's dtype, as Lightning's own mixed precision does; with a custom white
+  list, intercepts its torch functions instead.
 * ``convert_input`` - identity: converted modules cast their own inputs, and labels stay in
   their dtype (the loss is computed in float32).
 * ``pre_backward`` - casts a 16-bit loss to float32 and multiplies it by the loss scale.
@@ -50,7 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import torch
@@ -70,7 +71,7 @@ from lit_amp.amp.levels import (
     resolve_amp_config,
     validate_amp_level,
 )
-from lit_amp.amp.lists import FP32_MODULES, WHITE_LIST_FUNCTIONS
+from lit_amp.amp.lists import FP32_MODULES
 from lit_amp.amp.loss_scale import LossScaleController, LossScaleManager
 
 __all__ = ["AmpPrecision", "STATE_KEY", "CONVERSION_OPTIONS", "PLUGIN_OPTIONS"]
@@ -313,22 +314,25 @@ class _AmpPrecisionMixin:
                 "before fully_shard (this plugin then keeps the conversion and does the loss "
                 "scaling), or train a LitModel / Model with strategy='fsdp2'."
             )
+        self._device_type = _module_device(module).type
         apply_amp_config(module, cfg, output_roots=_top_level_roots(module))
         return module
 
-    def _o1_mode(self) -> O1FunctionMode | None:
+    def _o1_mode(self) -> Any:
         cfg = self.config
         if cfg is None or cfg.mechanism != "O1":
             return None
-        functions: Iterable = WHITE_LIST_FUNCTIONS
-        if cfg.white_list is not None:
-            functions = split_amp_list(list(cfg.white_list), "white_list", True)[1]
-        functions = frozenset(functions)
+        if cfg.white_list is None:  # the built-in lists: the step runs in an autocast region
+            device_type = self.__dict__.get("_device_type") or (
+                "cuda" if torch.cuda.is_available() else "cpu")  # before convert_module
+            return torch.autocast(device_type, dtype=cfg.dtype, cache_enabled=cfg.cache_casts)
+        functions = frozenset(split_amp_list(list(cfg.white_list), "white_list", True)[1])
         return O1FunctionMode(cfg.dtype, functions) if functions else None
 
     @contextlib.contextmanager
     def forward_context(self) -> Generator[None, None, None]:
-        """At O1, white-listed torch functions compute in the low dtype during the step."""
+        """At O1, the step runs in a ``torch.autocast`` region of the level's dtype (a custom
+        white list: its torch functions compute in the low dtype)."""
         mode = self._o1_mode()
         if mode is None:
             yield
