@@ -43,7 +43,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -177,10 +176,10 @@ def _main(argv: list[str] | None) -> float | None:
 
                 check_packages(cfg)  # before torch and Lightning are imported
                 check_config(cfg)  # data.batch_size=-1, ckpt_path=/nonexistent, ...: likewise
+            from lit_amp.cli.console import quiet_warnings
             from lit_amp.cli.run import run
 
-            # lit_amp's LitModel defines no FLOPs: Lightning's ThroughputMonitor logs samples
-            warnings.filterwarnings("ignore", message="When using the `ThroughputMonitor`")
+            quiet_warnings()  # Lightning's advice that does not apply to a lit-amp run
             value = run(cfg)
         except sweep_state.SweepInterrupted as exc:
             sweep_state.record_interrupted(cfg, exc)

@@ -58,6 +58,17 @@ def _echo(*parts: Any) -> None:
         print(*parts, flush=True)
 
 
+def _note(level: int, msg: str, *args: Any) -> None:
+    """Log one of the run's notes on the global rank 0 only.
+
+    Under ``trainer=ddp`` every worker process runs the command again; a note about the run
+    (THOR validates after the last epoch, no validation epoch, resuming from a checkpoint)
+    would be printed once per rank.
+    """
+    if _is_rank_zero():
+        log.log(level, msg, *args)
+
+
 def _output_dir(cfg: DictConfig) -> Path:
     try:
         out = cfg.paths.output_dir
@@ -165,7 +176,7 @@ def _resume(cfg: DictConfig, b: Built) -> tuple[int, list]:
             f"epochs={cfg.epochs} is the final epoch: nothing to resume. Set epochs to more "
             f"than {resume.epoch}, or use mode=eval to evaluate the checkpoint."
         )
-    log.info("Resuming from %s after epoch %d.", path, resume.epoch)
+    _note(logging.INFO, "Resuming from %s after epoch %d.", path, resume.epoch)
     return resume.epoch, [ResumeCallback(resume)]
 
 
@@ -203,7 +214,9 @@ def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
     sink = bool(cfg.dataset_sink_mode)
     vf = _plain(cfg.get("valid_frequency"))
     initial, extra_cbs = _resume(cfg, b)
-    line = EpochLine(int(cfg.epochs), initial, print_lines=piped())
+    # LossMonitor prints each validated epoch's metrics ("Eval result: ..."): not twice
+    shown = ("val/",) if any(type(cb).__name__ == "LossMonitor" for cb in b.callbacks) else ()
+    line = EpochLine(int(cfg.epochs), initial, print_lines=piped(), leave_out=shown)
     extra_cbs.append(line)
     callbacks = [*b.callbacks, *extra_cbs]
     t0 = time.perf_counter()
@@ -211,13 +224,13 @@ def _run_train(cfg: DictConfig, b: Built) -> tuple[dict, dict]:
 
     if isinstance(model, ThorModel) and vf is not None:
         # MindSpore's THOR model refuses evaluation during training: train, then evaluate once
-        log.info("optimizer=thor: no validation during training (MindSpore's THOR model "
-                 "refuses it); the model is evaluated after the last epoch.")
+        _note(logging.INFO, "optimizer=thor: no validation during training (MindSpore's THOR "
+              "model refuses it); the model is evaluated after the last epoch.")
         vf = None
     if vf is not None and b.valid is not None and b.metrics:
         note = no_validation_note(vf, initial, int(cfg.epochs))
         if note is not None:
-            log.warning(note)
+            _note(logging.WARNING, note)
     if vf is None or b.valid is None or not b.metrics:
         model.train(
             int(cfg.epochs), b.train, callbacks=callbacks, dataset_sink_mode=sink,
@@ -385,7 +398,8 @@ def _execute(cfg: DictConfig) -> float | None:
     key = cfg.get("optimized_metric")
     value = metrics.get(key) if key else None
     if key and value is None:
-        log.warning("optimized_metric=%r is not among the metrics %s.", key, sorted(metrics))
+        _note(logging.WARNING, "optimized_metric=%r is not among the metrics %s.", key,
+              sorted(metrics))
     ckpt_dir, latest = _ckpt_info(b.callbacks)
     result = {
         **_result_base(cfg), "status": "ok", "value": value, "metrics": metrics, **extra,

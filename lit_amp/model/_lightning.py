@@ -74,8 +74,11 @@ def quiet_lightning() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
         warnings.filterwarnings("ignore", message=".*Total length of .* across ranks is zero.*")
         warnings.filterwarnings("ignore", message=".*but have no `val_dataloader`.*")
-        # LitModel reduces its eval results over the ranks itself (metric sync, eval_loss)
-        warnings.filterwarnings("ignore", message=".*`sync_dist=True` when logging on epoch.*")
+        # "It is recommended to use `self.log('val/acc', ..., sync_dist=True)` when logging on
+        # epoch level in distributed setting", once per metric: LitModel logs values already
+        # reduced over the ranks (the metrics' own sync, eval_loss by mean_over_ranks), equal
+        # on every rank; a second reduction would only round them again
+        warnings.filterwarnings("ignore", message=r".*sync_dist=True\)` when logging on epoch.*")
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)`.*")
         try:
             yield
