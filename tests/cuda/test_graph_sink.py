@@ -255,7 +255,8 @@ def test_graph_sink_throughput(device, on_cuda, accelerator):
     data = _data(steps // 2)
     rates = {}
     clock = _Clock(on_cuda)
-    trainer = L.Trainer(max_epochs=2, callbacks=[clock], **accelerator)
+    trainer = L.Trainer(max_epochs=2, callbacks=[clock], enable_checkpointing=False,
+                        **accelerator)  # nothing written into the working dir
     loader = torch.utils.data.DataLoader(data, batch_size=None)  # the batches as they are
     trainer.fit(_Plain(_mlp()), train_dataloaders=loader)
     rates["plain Lightning"] = steps / clock.seconds
