@@ -13,7 +13,17 @@ waits for every result without a bound. lit_amp's launcher
 - :func:`watch`: the jobs are then polled with ``squeue`` (no accounting database needed).
   A pending job is named with SLURM's reason every minute; one pending longer than
   ``hydra.launcher.max_pending_min`` is cancelled and the sweep fails with that reason; a job
-  that left the queue without a result is reported with its final state and its log.
+  that left the queue without a result (its processes killed, its node lost, ``scancel``) is
+  reported with its final state and its log.
+- :func:`record_lost`: with ``continue_on_error`` (the default) such a job does not stop the
+  sweep: the watch goes on until every other job has its result, the lost job gets a
+  ``result.json`` with ``status: failed`` and the reason (SLURM's state, its log's error),
+  and the sweep's summary lists it as failed (exit status 1, as for any failed job). Without
+  ``continue_on_error`` the first such job ends the sweep at once (:class:`SlurmJobError`).
+- :func:`forward_signal_setup`: the batch script's ``srun`` runs in the background of its
+  shell, which forwards submitit's signal to it: ``scancel --signal=USR2 --batch`` (which
+  reaches only the batch shell) requeues the job as ``scancel --signal=USR2`` does, instead of
+  killing the shell and ending the job.
 
 Imports no torch.
 """
@@ -33,7 +43,8 @@ from hydra.errors import CompactHydraException
 
 from lit_amp.cli.schema import ConfigError
 
-__all__ = ["SlurmJobError", "check_request", "gpus_of", "launch", "preflight", "watch"]
+__all__ = ["SlurmJobError", "check_request", "forward_signal_setup", "gpus_of", "launch",
+           "preflight", "record_lost", "watch"]
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +244,8 @@ def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list:
     launcher.grants = current_grants()  # the node checks its job against the same grants
     executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
                                      slurm_max_num_timeout=params.pop("max_num_timeout"))
+    params["setup"] = [*forward_signal_setup(submitit.JobEnvironment.USR_SIG),
+                       *(params.get("setup") or [])]
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
     sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -247,8 +260,91 @@ def launch(launcher: Any, job_overrides: Any, initial_job_idx: int) -> list:
                      Singleton.get_state()))
     jobs = executor.map_array(launcher, *zip(*rows))
     log.info("Submitted SLURM job(s) %s", ", ".join(j.job_id for j in jobs))
-    watch(jobs, launcher.max_pending_min)
-    return [j.results()[0] for j in jobs]
+    keep_going = bool(config.get("continue_on_error", True))
+    lost = watch(jobs, launcher.max_pending_min, keep_going=keep_going)
+    returns = []
+    for (overrides, _, idx, *_), job in zip(rows, jobs):
+        if job.job_id not in lost:
+            try:
+                returns.append(job.results()[0])
+                continue
+            except Exception:  # submitit's error (its result says the task failed)
+                if not keep_going:
+                    raise
+                lost[job.job_id] = f"SLURM job {job.job_id} ended with an error"
+        returns.append(record_lost(launcher, job, idx, overrides, lost[job.job_id]))
+    return returns
+
+
+def forward_signal_setup(signal_name: str = "USR2") -> list[str]:
+    """Lines for the batch script, before submitit's ``srun``: ``srun`` becomes a shell function
+    that runs the real one in the background and forwards ``SIG<signal_name>`` to it.
+
+    SLURM's ``scancel --signal=USR2 --batch`` (and ``--full``, and ``#SBATCH --signal=B:...``)
+    signals the batch shell only. Without a trap, bash ends on SIGUSR2 and SLURM ends the job
+    (the tasks get SIGTERM: no requeue). A trap alone runs only after a foreground command
+    ends; with ``srun`` in the background the shell's ``wait`` returns at the signal, the trap
+    sends it to ``srun``, and ``srun`` forwards it to every task, as for
+    ``scancel --signal=USR2``. The function returns ``srun``'s exit status.
+
+    Example:
+        >>> forward_signal_setup("USR2")[0].startswith("srun() {")
+        True
+    """
+    sig = signal_name.upper().removeprefix("SIG")
+    return [
+        f'srun() {{ command srun "$@" & local pid=$! rc; trap "kill -{sig} $pid 2>/dev/null" '
+        f'{sig}; while :; do wait "$pid"; rc=$?; if [ "$rc" -gt 128 ] && kill -0 "$pid" '
+        f'2>/dev/null; then continue; fi; break; done; trap - {sig}; return "$rc"; }}'
+    ]
+
+
+def _log_error(job: Any) -> str:
+    """What the job's log says went wrong: its last line naming an error (``srun: error: ...:
+    tasks 0-1: Killed``, submitit's or Python's), else its last line; "" without a log.
+
+    submitit's own ``job.results()`` is not asked: for a job without a result it waits for the
+    job's state from ``sacct``, which a cluster without accounting never gives.
+    """
+    try:
+        lines = [ln.strip() for ln in Path(job.paths.stderr).read_text(errors="replace")
+                 .splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    errors = [ln for ln in lines if "error" in ln.lower() or "killed" in ln.lower()]
+    return (errors or lines or [""])[-1][:300]
+
+
+def record_lost(launcher: Any, job: Any, idx: int, overrides: list[str], reason: str) -> Any:
+    """A job that ended without a result, in a sweep that continues on errors: write its
+    ``result.json`` (``status: failed``, the reason: SLURM's state and its log's error) into
+    its directory and return Hydra's ``JobReturn`` of a failed job of such a sweep (NaN, as
+    :func:`lit_amp.cli.run.run` returns)."""
+    import json
+    import math
+
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import open_dict
+
+    error = _log_error(job)
+    cfg = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, list(overrides))
+    with open_dict(cfg):
+        cfg.hydra.job.num = idx
+        cfg.hydra.job.id = job.job_id
+    out = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+    message = reason + (f"; its log says: {error}" if error else "") + \
+        f"; its log: {job.paths.stderr}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(json.dumps({
+        "task_name": str(cfg.get("task_name", "")), "job_num": idx,
+        "overrides": [str(o) for o in overrides], "status": "failed", "value": None,
+        "optimized_metric": cfg.get("optimized_metric"), "error": message,
+        "output_dir": str(out), "slurm_job_id": job.job_id}, indent=2, default=str))
+    print(f"lit-amp: {message}; recorded as failed in {out / 'result.json'}", file=sys.stderr,
+          flush=True)
+    return JobReturn(overrides=list(overrides), cfg=cfg, hydra_cfg=None, working_dir=str(out),
+                     task_name=str(cfg.hydra.job.name), status=JobStatus.COMPLETED,
+                     _return_value=math.nan)
 
 
 def _queue() -> dict[str, tuple[str, str]]:
@@ -275,7 +371,8 @@ def _final_state(job_id: str) -> str:
 
 
 def watch(jobs: list, max_pending_min: float | None, poll_s: float = 1.0,
-          notice_s: float = 60.0, grace_s: float = 30.0) -> None:
+          notice_s: float = 60.0, grace_s: float = 30.0,
+          keep_going: bool = False) -> dict[str, str]:
     """Wait until every job has its result, within bounds SLURM cannot break.
 
     Args:
@@ -284,26 +381,38 @@ def watch(jobs: list, max_pending_min: float | None, poll_s: float = 1.0,
         poll_s: seconds between two looks at the queue.
         notice_s: seconds between two notices about a pending job.
         grace_s: seconds a job that left the queue gets to show its result file.
+        keep_going: a job that left the queue without a result is noted and the others are
+            waited for (a sweep with ``continue_on_error``); False: it raises at once.
+
+    Returns:
+        ``{job id: why}`` of the jobs that ended without a result (only with ``keep_going``).
 
     Raises:
         SlurmJobError: a job stayed pending longer than ``max_pending_min`` (it is cancelled;
-            the other jobs go on), or left the queue without a result.
+            the other jobs go on), or (without ``keep_going``) left the queue without a result.
     """
     pending: dict[str, float] = {}
     gone: dict[str, float] = {}
     told: dict[str, float] = {}
+    lost: dict[str, str] = {}
     while True:
-        waiting = [j for j in jobs if not _has_result(j)]
+        waiting = [j for j in jobs if j.job_id not in lost and not _has_result(j)]
         if not waiting:
-            return
+            return lost
         queue, now = _queue(), time.monotonic()
         for job in waiting:
             row = queue.get(job.job_id)
             if row is None:
                 if now - gone.setdefault(job.job_id, now) > grace_s and not _has_result(job):
-                    raise SlurmJobError(
-                        f"lit-amp: SLURM job {job.job_id} ended without a result "
-                        f"({_final_state(job.job_id)}); its log: {job.paths.stderr}")
+                    why = (f"SLURM job {job.job_id} ended without a result "
+                           f"({_final_state(job.job_id)})")
+                    if not keep_going:
+                        raise SlurmJobError(f"lit-amp: {why}; its log: {job.paths.stderr}")
+                    lost[job.job_id] = why
+                    others = [j.job_id for j in waiting if j is not job]
+                    print(f"lit-amp: {why}; continue_on_error: the sweep goes on"
+                          + (f" (waiting for job(s) {', '.join(others)})" if others else ""),
+                          file=sys.stderr, flush=True)
                 continue
             gone.pop(job.job_id, None)
             if row[0] != "PENDING":

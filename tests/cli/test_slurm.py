@@ -115,3 +115,52 @@ def test_a_job_gone_without_a_result_is_reported_with_its_state_and_log(tmp_path
         watch([done, gone], max_pending_min=None, poll_s=0.02, grace_s=0.1)
     assert "SLURM job 13_0 ended without a result (FAILED, reason NonZeroExitCode" in str(
         info.value) and str(gone.paths.stderr) in str(info.value)
+
+
+def test_with_keep_going_a_job_gone_without_a_result_is_noted_and_the_others_waited_for(
+        tmp_path, monkeypatch, capsys):
+    """``continue_on_error``: the lost job does not end the watch; the job still running is
+    waited for until its result appears (issue #48 item 10)."""
+    import threading
+
+    fake_command(tmp_path, monkeypatch, "squeue", "14_1|RUNNING|None")
+    fake_command(tmp_path, monkeypatch, "scontrol",
+                 "JobId=14 JobState=FAILED Reason=NonZeroExitCode ExitCode=0:9")
+    gone, running = _Job(tmp_path, "14_0"), _Job(tmp_path, "14_1")
+    threading.Timer(0.5, running.paths.result_pickle.write_bytes, (b"",)).start()
+    lost = watch([gone, running], max_pending_min=None, poll_s=0.02, grace_s=0.1,
+                 keep_going=True)
+    assert running.paths.result_pickle.exists()  # watched until its result
+    assert list(lost) == ["14_0"]
+    assert "ended without a result (FAILED, reason NonZeroExitCode, exit code 0:9)" in lost["14_0"]
+    assert "the sweep goes on (waiting for job(s) 14_1)" in capsys.readouterr().err
+
+
+def test_the_batch_script_forwards_submitits_signal_to_srun(tmp_path):
+    """``scancel --signal=USR2 --batch`` signals the batch shell only: with the launcher's setup
+    lines the shell survives it and passes it to ``srun`` (here a stand-in that records it),
+    whose exit status the script keeps."""
+    import signal
+    import subprocess
+    import time
+
+    from lit_amp.cli.slurm import forward_signal_setup
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text(
+        f"#!/bin/bash\ntrap 'echo got USR2 > {tmp_path}/got; exit 7' USR2\n"
+        f"touch {tmp_path}/started\nwhile :; do sleep 0.05; done\n")
+    (fake / "srun").chmod(0o755)
+    script = tmp_path / "batch.sh"
+    script.write_text("#!/bin/bash\n" + "\n".join(forward_signal_setup("USR2"))
+                      + "\nsrun --unbuffered python -c pass\necho \"srun exit $?\"\n")
+    env = {"PATH": f"{fake}:/usr/bin:/bin"}
+    proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR2)  # the batch shell only, as scancel --batch does
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and out.strip() == "srun exit 7"
+    assert (tmp_path / "got").read_text().strip() == "got USR2"

@@ -70,6 +70,7 @@ def _part(name: str) -> Any:
 amp_sweep = _part("amp_sweep")
 amp_local = _part("amp_local")
 faults = _part("faults")
+lost_job = _part("lost_job")
 time_limit = _part("time_limit")
 optuna_slurm = _part("optuna_slurm")
 sbatch_example = _part("sbatch_example")

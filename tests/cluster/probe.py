@@ -3,10 +3,11 @@
 ``+callbacks.probe._target_=tests.cluster.probe.Probe`` (with
 ``extra_trusted_targets=[tests.cluster.probe.*]``) writes ``<dir>/rank<r>.jsonl`` (``<dir>``:
 the run directory's ``probe/`` unless ``directory`` is given): a
-``start`` record per start of the job (its SLURM job id, how many times SLURM started it
-before, the world size, Lightning's cluster environment and its auto-requeue, the SIGUSR1
-handler during training), then one ``step`` record per trained batch with a short hash of
-each sample, and at train end rank 0 saves the network's parameters to
+``start`` record per start of the job (its SLURM job id, the rank's process id, how many
+times SLURM started it before, the world size, Lightning's cluster environment and its
+auto-requeue, the SIGUSR1 handler during training), then one ``step`` record per trained
+batch with a short hash of each sample, and at train end rank 0 saves the network's
+parameters to
 ``<dir>/params-start<n>.pt``. ``sleep_s`` slows each step of the job's first start only, so
 that a test can signal a job in the middle of its training.
 """
@@ -68,7 +69,8 @@ class Probe(L.Callback):
         array = os.environ.get("SLURM_ARRAY_JOB_ID")
         job = (f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if array
                else os.environ.get("SLURM_JOB_ID"))
-        self._write(trainer, {"kind": "start", "job": job, "world": trainer.world_size,
+        self._write(trainer, {"kind": "start", "job": job, "pid": os.getpid(),
+                              "world": trainer.world_size,
                               "cluster_env": type(env).__name__,
                               "auto_requeue": getattr(env, "auto_requeue", None),
                               "sigusr1": getattr(usr1, "__name__", str(usr1))})

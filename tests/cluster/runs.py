@@ -8,6 +8,10 @@
 - ``time_limit``: the same training with a 1-minute time limit that its first start cannot
   meet (each step sleeps 9 s: 12 steps, 108 s) and no early warning signal
   (``signal_delay_s=0``);
+- ``lost_job``: three jobs of the same training again: job 0's training processes (both
+  ranks) are SIGKILLed after 2 steps (as the OOM killer or a lost node would: the SLURM job
+  ends without a result), job 1 gets ``scancel --signal=USR2 --batch`` (the batch shell
+  only) after 2 steps, job 2 is left alone (the reference);
 - ``optuna_slurm``: ``lit-amp hparams_search=optuna hydra/launcher=slurm``, 2 trials at once;
 - ``sbatch_example``: ``sbatch --wait examples/slurm_train.sbatch`` (``srun python
   examples/slurm_train.py`` on 2 tasks);
@@ -16,6 +20,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -101,6 +107,35 @@ def _faults(c: Campaign) -> Part:
     return part
 
 
+def _kill_ranks(job_dir: Path) -> None:
+    """SIGKILL every rank's training process of the job (their pids from the probe)."""
+    from tests.cluster import probe
+
+    deadline = time.monotonic() + 30
+    while True:
+        pids = {r["pid"] for rank in probe.read(job_dir / "probe").values() for r in rank
+                if r["kind"] == "start" and r["start"] == 0}
+        if len(pids) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if len(pids) != 2:
+        raise RuntimeError(f"found the pids of {len(pids)} of the 2 ranks in {job_dir}")
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _lost_job(c: Campaign) -> Part:
+    part = c.lit_amp("lost_job", "-m", "hydra/launcher=slurm", *DDP, *TRAIN,
+                     "callbacks=fault_tolerant", f"+callbacks.probe.sleep_s={FAULT_STEP_S}",
+                     "tags=[killed],[batch_signal],[reference]")
+    sweep = part.dir / "sweep"
+    watch_probe(part, sweep / "0", 2, lambda job: _kill_ranks(sweep / "0"), "sigkill")
+    watch_probe(part, sweep / "1", 2,
+                lambda job: slurm(c.env, "scancel", "--signal=USR2", "--batch", job),
+                "usr2_batch")
+    return part
+
+
 def _time_limit(c: Campaign) -> Part:
     part = c.lit_amp("time_limit", "-m", "hydra/launcher=slurm", *DDP, *TRAIN,
                      "callbacks=fault_tolerant", "+callbacks.probe.sleep_s=9",
@@ -149,7 +184,7 @@ def _bad_inputs(c: Campaign) -> dict[str, Part]:
 
 #: in the order they start: the longest first (the time limit alone takes over a minute)
 STARTERS: dict[str, Callable[[Campaign], object]] = {
-    "time_limit": _time_limit, "faults": _faults, "amp_sweep": _amp_sweep,
+    "time_limit": _time_limit, "faults": _faults, "lost_job": _lost_job, "amp_sweep": _amp_sweep,
     "sbatch_example": _sbatch_example, "optuna_slurm": _optuna_slurm, "amp_local": _amp_local,
     "bad_inputs": _bad_inputs,
 }
