@@ -17,9 +17,10 @@ cast the same way; a buffer the forward updates in place (BatchNorm's running st
 Level  What computes in the low dtype
 =====  ==================================================================================
 O0     nothing: the network is returned unchanged.
-O1     the network's forward runs in a ``torch.autocast`` region of the low dtype (a hook
-       pair on the root): autocast's low-precision ops (convolutions, matmuls, ``F.linear``,
-       ...) compute in the low dtype and hand it on; the output is cast to float32. The RNN
+O1     the network's forward runs in a ``torch.autocast`` region of the low dtype (the
+       root's ``forward`` wrapped, no hook): autocast's low-precision ops (convolutions,
+       matmuls, ``F.linear``, ...) compute in the low dtype and hand it on; the output is
+       cast to float32. The RNN
        cells, which the CPU's autocast leaves in float32, compute in the low dtype with their
        output cast back (:data:`~lit_amp.amp.lists.AUTOCAST_WHITE_GAPS`). With a custom white
        list (``custom_mixed_precision``), MindSpore's mechanism: white-listed modules compute

@@ -10,9 +10,10 @@ running statistics at ``O3``) is copied back into the float32 buffer afterwards.
 
 Reading order: :func:`plan_roles` gives every module a role (low, float32 island, float32);
 :func:`convert` installs an :class:`_AmpPreHook` / :class:`_AmpPostHook` pair per role;
-the pre-hook swaps parameters in (:func:`_swap_in`) and, on the root, enters the O1 context:
-a ``torch.autocast`` region (the built-in O1) or, for a custom white list, the
-:class:`~lit_amp.amp.casting.O1FunctionMode` that intercepts white-listed torch functions.
+the pre-hook swaps parameters in (:func:`_swap_in`) and, on the root of a custom white list,
+enters the :class:`~lit_amp.amp.casting.O1FunctionMode` that intercepts white-listed torch
+functions. The built-in O1 wraps the root's ``forward`` instead (:func:`_autocast_forward`: a
+``torch.autocast`` region).
 
 Example:
     >>> import torch
@@ -99,14 +100,8 @@ class _AmpState:
     #: O1 on torch.autocast: the root's forward runs in an autocast region of ``dtype``
     autocast: bool = False
 
-    def mode(self, args: tuple, kwargs: dict) -> Any:
-        """The context the root's forward runs in (None: none, or one already active)."""
-        if self.autocast:
-            device_type = _device_type(args, kwargs)
-            if (torch.is_autocast_enabled(device_type)
-                    and torch.get_autocast_dtype(device_type) == self.dtype):
-                return None  # inside the plugin's region (or an enclosing converted network)
-            return torch.autocast(device_type, dtype=self.dtype, cache_enabled=self.cache_casts)
+    def mode(self) -> O1FunctionMode | None:
+        """The function mode a custom white list's root enters (None: none, or already active)."""
         if not self.functions:
             return None
         mode = O1FunctionMode(self.dtype, self.functions)
@@ -118,6 +113,31 @@ def _device_type(args: tuple, kwargs: dict) -> str:
     if t is None and kwargs:
         t = _first_tensor(kwargs)
     return t.device.type if t is not None else "cpu"
+
+
+def _autocast_forward(state: _AmpState, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """``forward`` of the root of a network at O1 on autocast: the class's forward in a
+    ``torch.autocast`` region of the level's dtype, its low-precision output cast to float32.
+
+    A ``with`` block in the forward itself (not a region entered by a pre-hook and left by a
+    post-hook), so that ``torch.compile`` traces it; an instance attribute made with
+    ``functools.partial``, so that the network pickles and deep-copies.
+    """
+    if not state.device_checked:
+        _check_device(state, args, kwargs)
+    if (_has_float64(args) or _has_float64(kwargs)) and not _holds_float64(module):
+        # autocast leaves float64 alone; MindSpore casts a float64 input of a low layer like a
+        # float32 one: float32 here, autocast takes it to the low dtype
+        args = _cast_tree(args, torch.float32, (torch.float64,))
+        kwargs = _cast_tree(kwargs, torch.float32, (torch.float64,)) if kwargs else kwargs
+    device_type = _device_type(args, kwargs)
+    if (torch.is_autocast_enabled(device_type)
+            and torch.get_autocast_dtype(device_type) == state.dtype):
+        out = type(module).forward(module, *args, **kwargs)  # inside the plugin's region
+    else:
+        with torch.autocast(device_type, dtype=state.dtype, cache_enabled=state.cache_casts):
+            out = type(module).forward(module, *args, **kwargs)
+    return _cast_tree(out, torch.float32, _LOW_SRC)
 
 
 def _autocast_off(args: tuple, kwargs: dict) -> Any:
@@ -177,19 +197,13 @@ class _AmpPreHook:
             frame = _Frame()
             module.__dict__.setdefault("_amp_frames", []).append(frame)
         if self.enter_mode or self.leave_autocast:
-            mode = state.mode(args, kwargs) if self.enter_mode else _autocast_off(args, kwargs)
+            mode = state.mode() if self.enter_mode else _autocast_off(args, kwargs)
             if mode is not None:
                 mode.__enter__()
                 frame.mode = mode
         if self.entries:
             _swap_in(self.entries, state, frame)
         if self.in_dtype is None:
-            if self.enter_mode and state.autocast and (
-                    _has_float64(args) or _has_float64(kwargs)) and not _holds_float64(module):
-                # autocast leaves float64 alone; MindSpore casts a float64 input of a low layer
-                # like a float32 one: float32 here, autocast takes it to the low dtype
-                return (_cast_tree(args, torch.float32, (torch.float64,)),
-                        _cast_tree(kwargs, torch.float32, (torch.float64,)) if kwargs else kwargs)
             return None
         if self.in_dtype in LOW_DTYPES:
             src = _input_src(args, kwargs, lambda: _holds_float64(module))
@@ -487,8 +501,18 @@ def convert(
     out_roots = {network, *output_roots}
     for m, role in roles.items():
         is_root = m is network
-        enter_mode = is_root and (bool(functions) or on_autocast)
+        enter_mode = is_root and bool(functions)
         handles = []
+        if is_root and on_autocast and role != _FP32:
+            if "forward" in m.__dict__:
+                raise TypeError(
+                    f"For 'auto_mixed_precision', level 'O1' runs the network's forward in a "
+                    f"torch.autocast region by wrapping it, but this {type(m).__name__} already "
+                    "has an instance attribute 'forward'. Convert the module whose class "
+                    "defines its forward, or use custom_mixed_precision(network, "
+                    "white_list=get_white_list()).")
+            m.forward = functools.partial(_autocast_forward, state, m)
+            m.__dict__["_amp_forward"] = True
         if (
             not is_root
             and m not in out_roots
@@ -516,10 +540,11 @@ def convert(
                               leave_autocast=on_autocast and not is_root)
             post = _AmpPostHook(state, None, pre.needs_frame)
         else:  # O1, outside white-listed modules
-            if on_autocast and m in out_roots:
-                # autocast hands the low dtype on: the network's outputs return to float32
-                pre = _AmpPreHook(state, None, None, enter_mode, is_root)
-                post = _AmpPostHook(state, torch.float32, pre.needs_frame)
+            if on_autocast and m in out_roots and not is_root:
+                # autocast hands the low dtype on: the plugin's top-level modules' outputs
+                # return to float32 (the root's: its forward, _autocast_forward)
+                pre = _AmpPreHook(state, None, None, False, False)
+                post = _AmpPostHook(state, torch.float32, False)
             elif not enter_mode:
                 continue
             else:
