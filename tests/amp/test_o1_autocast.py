@@ -95,6 +95,7 @@ def test_where_o1_departs_from_mindspore():
             super().__init__()
             self.fc = nn.Linear(4, 4)
             self.cell = nn.LSTMCell(4, 4)
+            self.attention = nn.MultiheadAttention(4, 2, batch_first=True)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             h = self.fc(x)
@@ -104,6 +105,10 @@ def test_where_o1_departs_from_mindspore():
                 relu_of_float32=F.relu(x),  # MindSpore: low (ReLU is white-listed)
                 outer=torch.outer(x[0], x[1]),  # MindSpore: low (Ger is white-listed)
                 einsum=torch.einsum("ij,jk->ik", x, x.T),  # MindSpore: float32
+                addmm=torch.addmm(x, x, x.T @ x),  # MindSpore: float32
+                baddbmm=torch.baddbmm(x[None], x[None], (x.T @ x)[None]),  # MindSpore: float32
+                sdpa=F.scaled_dot_product_attention(x[None], x[None], x[None]),  # float32
+                attention=self.attention(x[None], x[None], x[None])[0],  # MindSpore: float32
                 lstm_cell=self.cell(x)[0],  # as MindSpore: low compute, float32 output
             )
             return h.sum()
@@ -113,7 +118,8 @@ def test_where_o1_departs_from_mindspore():
     net(x)
     dtypes = {k: v.dtype for k, v in seen.items()}
     assert dtypes == {"linear": BF16, "gelu_after_linear": BF16, "relu_of_float32": F32,
-                      "outer": F32, "einsum": BF16, "lstm_cell": F32}
+                      "outer": F32, "einsum": BF16, "addmm": BF16, "baddbmm": BF16,
+                      "sdpa": BF16, "attention": BF16, "lstm_cell": F32}
     # the cell computed in bfloat16 (MindSpore's white list), its output cast back
     cell = copy.deepcopy(net.cell).to(BF16)
     assert torch.equal(seen["lstm_cell"], cell(x.to(BF16))[0].float())
