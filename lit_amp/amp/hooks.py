@@ -140,6 +140,19 @@ def _autocast_forward(state: _AmpState, module: nn.Module, *args: Any, **kwargs:
     return _cast_tree(out, torch.float32, _LOW_SRC)
 
 
+def _wrap_root_forward(root: nn.Module, state: _AmpState) -> None:
+    """Make :func:`_autocast_forward` the forward of an O1 network's root (undone by
+    :func:`remove_hooks`)."""
+    if "forward" in root.__dict__:
+        raise TypeError(
+            "For 'auto_mixed_precision', level 'O1' runs the network's forward in a "
+            f"torch.autocast region by wrapping it, but this {type(root).__name__} already has "
+            "an instance attribute 'forward'. Convert the module whose class defines its "
+            "forward, or use custom_mixed_precision(network, white_list=get_white_list()).")
+    root.forward = functools.partial(_autocast_forward, state, root)
+    root.__dict__["_amp_forward"] = True
+
+
 def _autocast_off(args: tuple, kwargs: dict) -> Any:
     """An ``autocast(enabled=False)`` region where one is active (float32 modules inside an O1
     network: the loss, metrics), else None."""
@@ -486,11 +499,9 @@ def convert(
     a ``torch.autocast`` region, see :data:`lit_amp.amp.lists.AUTOCAST_WHITE_GAPS`), ``"O1"``
     (a custom white list: MindSpore's islands and function mode), ``"O2"``, ``"O3"``.
     """
-    on_autocast = mechanism == "autocast"
-    if on_autocast:
+    if on_autocast := mechanism == "autocast":
         mechanism, white_classes, white_patterns = "O1", AUTOCAST_WHITE_GAPS, ()
-    functions = (frozenset(white_functions) if mechanism == "O1" and not on_autocast
-                 else frozenset())
+    functions = frozenset(white_functions if mechanism == "O1" and not on_autocast else ())
     state = _AmpState(level=level_tag, dtype=dtype, cache_casts=cache_casts, functions=functions,
                       autocast=on_autocast)
     roles, islands = plan_roles(
@@ -504,15 +515,7 @@ def convert(
         enter_mode = is_root and bool(functions)
         handles = []
         if is_root and on_autocast and role != _FP32:
-            if "forward" in m.__dict__:
-                raise TypeError(
-                    f"For 'auto_mixed_precision', level 'O1' runs the network's forward in a "
-                    f"torch.autocast region by wrapping it, but this {type(m).__name__} already "
-                    "has an instance attribute 'forward'. Convert the module whose class "
-                    "defines its forward, or use custom_mixed_precision(network, "
-                    "white_list=get_white_list()).")
-            m.forward = functools.partial(_autocast_forward, state, m)
-            m.__dict__["_amp_forward"] = True
+            _wrap_root_forward(m, state)
         if (
             not is_root
             and m not in out_roots
@@ -536,8 +539,8 @@ def convert(
                               is_root)
             post = _AmpPostHook(state, dtype, pre.needs_frame)
         elif role == _FP32:
-            pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root,
-                              leave_autocast=on_autocast and not is_root)
+            leave = on_autocast and not is_root  # a loss or metric: autocast off inside
+            pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root, leave)
             post = _AmpPostHook(state, None, pre.needs_frame)
         else:  # O1, outside white-listed modules
             if on_autocast and m in out_roots and not is_root:
