@@ -5,8 +5,8 @@
 - ``faults``: three jobs of the same training with ``callbacks=fault_tolerant``: job 0 gets
   ``scontrol requeue`` and job 1 ``scancel --signal=USR2`` (submitit's signal) after 2 steps
   of their first start, job 2 is left alone (the uninterrupted reference);
-- ``time_limit``: the same training with a 1-minute time limit that its first start cannot
-  meet (each step sleeps 9 s: 12 steps, 108 s) and no early warning signal
+- ``time_limit``: the same training with a 2-minute time limit that its first start cannot
+  meet (each step sleeps 15 s: 12 steps, 180 s) and no early warning signal
   (``signal_delay_s=0``);
 - ``lost_job``: three jobs of the same training again: job 0's training processes (both
   ranks) are SIGKILLed after 2 steps (as the OOM killer or a lost node would: the SLURM job
@@ -138,13 +138,16 @@ def _lost_job(c: Campaign) -> Part:
 
 def _time_limit(c: Campaign) -> Part:
     part = c.lit_amp("time_limit", "-m", "hydra/launcher=slurm", *DDP, *TRAIN,
-                     "callbacks=fault_tolerant", "+callbacks.probe.sleep_s=9",
-                     "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=0",
+                     "callbacks=fault_tolerant", "+callbacks.probe.sleep_s=15",
+                     "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=0",
                      "tags=[time_limit]")
-    # its first start must be training when the 1-minute limit kills it: the other runs start
+    # its first start must be training when the 2-minute limit kills it: the other runs start
     # only once it is (on a slow 2-core machine their start-ups, alongside its own, once kept
-    # it importing for the whole minute); its 12 steps of 9 s outlast the limit however late
-    # slurmctld enforces it (it once let a 74 s start of 6 s steps finish)
+    # it importing for a whole minute); its 12 steps of 15 s outlast the limit however late
+    # slurmctld enforces it (it once let a 74 s start of 6 s steps finish against 1 minute).
+    # Every start has the same limit: the requeued one must start up and finish within it (with
+    # 1 minute, a loaded CI machine's requeued start-up was killed before submitit installed
+    # its handler, so the job ended TIMEOUT without a requeue)
     wait_for_training(part, part.dir / "sweep" / "0")
     return part
 
