@@ -1,4 +1,4 @@
-"""Atomic file writes (Python, fcntl, numpy): the one way lit_amp writes a file a reader may open.
+"""Persistence (Python, fcntl, numpy): atomic writes, one background writer, pruning old files.
 
 :func:`atomic_write` writes the bytes to a temp file of lit_amp's own prefix (:data:`TMP_PREFIX`)
 in the target folder, flushes and fsyncs it, renames it over the target (atomic on POSIX) and
@@ -11,16 +11,26 @@ gigabytes; kept cached, it crowds out the memory training allocates): it is writ
 page cache (``O_DIRECT``, through an aligned buffer, :class:`_DirectFile`) where the filesystem
 allows, which also spares the CPU the kernel's copy into the cache, its writeback and its
 eviction (docs/benchmarks.md); elsewhere its pages are evicted once on disk.
+
+:class:`BackgroundJobs` is the one way a writer runs its writes while training goes on (as
+Lightning's ``AsyncCheckpointIO``): one worker thread, jobs in order, at most ``limit`` in
+flight, a failed job's error held and raised at the next submit, wait or close.
+:func:`prune_newest` keeps the newest N files (or folders) of a name pattern.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
+import re
 import shutil
 import tempfile
+from collections import deque
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any
 
 import numpy as np
@@ -30,7 +40,10 @@ try:
 except ImportError:  # pragma: no cover - Windows: no lock, the pattern alone decides
     fcntl = None
 
-__all__ = ["TMP_PREFIX", "atomic_write", "remove_stale_temps", "temp_target"]
+__all__ = ["TMP_PREFIX", "BackgroundJobs", "atomic_write", "prune_newest", "remove_stale_temps",
+           "temp_target"]
+
+log = logging.getLogger(__name__)
 
 #: prefix of every temp file lit_amp writes; :func:`remove_stale_temps` removes only these
 TMP_PREFIX = ".tmp-lit_amp-"
@@ -335,3 +348,155 @@ def remove_stale_temps(directory: str | os.PathLike,
         except FileNotFoundError:
             pass
     return removed
+
+
+class BackgroundJobs:
+    """Runs jobs in one worker thread, in the order submitted, at most ``limit`` in flight.
+
+    A job's error is held: :meth:`submit`, :meth:`wait` and :meth:`close` raise it (the
+    oldest first), unless the caller took the job (:meth:`take`) to handle its outcome itself.
+    The thread starts at the first submit and stops at :meth:`close` (a later submit starts
+    another).
+
+    Args:
+        name: the worker thread's name prefix.
+        limit: jobs in flight at most; a submit beyond it first waits for the oldest (and
+            raises its error). None: any number (queued).
+
+    Example:
+        >>> jobs = BackgroundJobs("example")
+        >>> jobs.submit(sum, [1, 2]).result()
+        3
+        >>> jobs.submit(int, "x"); jobs.close()
+        Traceback (most recent call last):
+        ...
+        ValueError: invalid literal for int() with base 10: 'x'
+    """
+
+    def __init__(self, name: str, *, limit: int | None = 1) -> None:
+        self.name = name
+        self.limit = limit
+        self._pool: ThreadPoolExecutor | None = None
+        self._jobs: deque[tuple[Future, Any]] = deque()  # (future, note), oldest first
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, note: Any = None,
+               **kwargs: Any) -> Future:
+        """Run ``fn(*args, **kwargs)`` in the worker; ``note`` travels with it to :meth:`take`.
+
+        Raises:
+            BaseException: a finished job's error (then nothing is submitted).
+        """
+        self._raise_done()
+        while self.limit is not None and len(self._jobs) >= self.limit:
+            self._collect(self._jobs.popleft()[0])
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=self.name)
+        future = self._pool.submit(fn, *args, **kwargs)
+        self._jobs.append((future, note))
+        return future
+
+    def busy(self) -> bool:
+        """Whether a job is still running or queued."""
+        return any(not f.done() for f, _ in self._jobs)
+
+    @property
+    def pending(self) -> tuple[Future, Any] | None:
+        """The oldest job not taken, ``(future, note)``, or None."""
+        return self._jobs[0] if self._jobs else None
+
+    def take(self, wait: bool = False) -> tuple[Future, Any] | None:
+        """Hand over the oldest job once it is done (or ``wait`` for it): ``(future, note)``,
+        its error no longer held; None when there is none (or it is still running)."""
+        if not self._jobs or not (wait or self._jobs[0][0].done()):
+            return None
+        future, note = self._jobs.popleft()
+        futures.wait([future])
+        return future, note
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for every job; False if ``timeout`` seconds passed first.
+
+        Raises:
+            BaseException: a failed job's error (the oldest).
+        """
+        if futures.wait([f for f, _ in self._jobs], timeout).not_done:
+            return False
+        while self._jobs:
+            self._collect(self._jobs.popleft()[0])
+        return True
+
+    def close(self) -> None:
+        """Wait for every job and stop the worker; then raise a failed job's error."""
+        try:
+            self.wait()
+        finally:
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                pool.shutdown(wait=True)
+            self._jobs.clear()
+
+    def _raise_done(self) -> None:
+        while self._jobs and self._jobs[0][0].done():
+            self._collect(self._jobs.popleft()[0])
+
+    @staticmethod
+    def _collect(future: Future) -> None:
+        error = future.exception()
+        if error is not None:
+            raise error
+
+
+def prune_newest(directory: str | os.PathLike,
+                 pattern: str | re.Pattern | Callable[[str], Any], keep: int, *,
+                 key: Callable[[str], Any] | None = None,
+                 needs_previous: Callable[[str], bool] | None = None,
+                 also: Callable[[str], list[str]] | None = None) -> list[str]:
+    r"""Delete all but the newest ``keep`` entries (files or folders) of ``directory`` whose
+    names match ``pattern``.
+
+    Args:
+        directory: the folder (a missing one has nothing to prune).
+        pattern: a regular expression the whole name must match, or a predicate of the name.
+        keep: how many to keep (0 deletes every match).
+        key: orders the names, oldest first (default: the name).
+        needs_previous: whether a kept entry needs the one before it (a link of a chain):
+            the oldest kept entry is moved back until it does not.
+        also: more names of ``directory`` to delete with an entry (e.g. a sidecar file; a
+            missing one is no error).
+
+    Returns:
+        The names kept, oldest first. An entry that cannot be deleted is logged, not raised.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> for n in ("a-1", "a-2", "a-3", "b"): open(os.path.join(d, n), "w").close()
+        >>> prune_newest(d, r"a-\d+", keep=2), sorted(os.listdir(d))
+        (['a-2', 'a-3'], ['a-2', 'a-3', 'b'])
+    """
+    directory = os.fspath(directory)
+    match = pattern if callable(pattern) else re.compile(pattern).fullmatch
+    try:
+        names = sorted((n for n in os.listdir(directory) if match(n)), key=key)
+    except FileNotFoundError:
+        return []
+    first = max(0, len(names) - max(0, keep))
+    while needs_previous is not None and 0 < first < len(names) and \
+            needs_previous(names[first]):
+        first -= 1
+    for name in names[:first]:
+        _remove_entry(os.path.join(directory, name))
+        for other in also(name) if also is not None else ():
+            _remove_entry(os.path.join(directory, other), quiet=True)
+    return names[first:]
+
+
+def _remove_entry(path: str, *, quiet: bool = False) -> None:
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    except OSError as exc:
+        if not quiet:
+            log.warning("Could not remove the old %s: %s", path, exc)

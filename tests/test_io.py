@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -205,3 +206,113 @@ def test_a_filesystem_or_device_refusing_direct_writes_gets_the_bytes_through_th
     assert path.read_bytes() == data
     if opened[-1] is not None:
         assert refused and opened[-1].direct_bytes == 0 and not opened[-1].direct
+
+
+# ------------------------------------------------------------- BackgroundJobs, prune_newest
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def test_background_jobs_raise_a_failed_jobs_error_at_the_next_submit():
+    from lit_amp._io import BackgroundJobs
+
+    jobs = BackgroundJobs("test-jobs")
+    jobs.submit(_fail, "first")
+    ran = []
+    with pytest.raises(ValueError, match="first"):
+        jobs.submit(ran.append, 1)
+    assert ran == [] and jobs.pending is None  # nothing submitted; the error was raised once
+    jobs.submit(ran.append, 2)
+    jobs.close()
+    assert ran == [2]
+
+
+def test_background_jobs_raise_a_failed_jobs_error_at_close_and_wait():
+    from lit_amp._io import BackgroundJobs
+
+    jobs = BackgroundJobs("test-jobs")
+    jobs.submit(_fail, "at close")
+    with pytest.raises(ValueError, match="at close"):
+        jobs.close()
+    jobs.close()  # held once: a second close has nothing to raise
+    jobs.submit(_fail, "at wait")
+    with pytest.raises(ValueError, match="at wait"):
+        jobs.wait()
+    jobs.close()
+
+
+def test_background_jobs_run_one_job_at_a_time_in_one_thread():
+    import threading
+
+    from lit_amp._io import BackgroundJobs
+
+    jobs = BackgroundJobs("test-jobs")
+    gate = threading.Event()
+    seen = []
+
+    def job(n):
+        seen.append((n, threading.current_thread().name))
+        gate.wait(10)
+
+    jobs.submit(job, 1)
+    assert jobs.busy()
+    second = threading.Thread(target=jobs.submit, args=(job, 2))
+    second.start()  # waits for the first job: one in flight
+    time.sleep(0.2)
+    assert second.is_alive() and [n for n, _ in seen] == [1]
+    gate.set()
+    second.join(10)
+    jobs.close()
+    assert [n for n, _ in seen] == [1, 2]
+    assert len({name for _, name in seen}) == 1 and seen[0][1].startswith("test-jobs")
+
+
+def test_background_jobs_take_hands_the_error_to_the_caller():
+    from lit_amp._io import BackgroundJobs
+
+    jobs = BackgroundJobs("test-jobs")
+    jobs.submit(_fail, "mine", note="a note")
+    future, note = jobs.take(wait=True)
+    assert note == "a note" and isinstance(future.exception(), ValueError)
+    jobs.close()  # taken: not raised again
+
+
+def test_background_jobs_without_a_limit_queue_in_order():
+    from lit_amp._io import BackgroundJobs
+
+    jobs = BackgroundJobs("test-jobs", limit=None)
+    out = []
+    for n in range(5):
+        jobs.submit(lambda n=n: (time.sleep(0.01), out.append(n)))
+    assert jobs.wait(10)
+    jobs.close()
+    assert out == list(range(5))
+
+
+@pytest.mark.parametrize("keep", [0, 1, 3, 7])
+def test_prune_newest_keeps_exactly_the_newest_n(tmp_path, keep):
+    from lit_amp._io import prune_newest
+
+    for n in range(1, 6):
+        (tmp_path / f"ck-{n}.bin").write_bytes(b"x")
+    (tmp_path / "ck-9").mkdir()  # a folder matches too
+    (tmp_path / "other-1.bin").write_bytes(b"x")
+    kept = prune_newest(tmp_path, r"ck-\d+(\.bin)?", keep,
+                        key=lambda n: int(n.split("-")[1].split(".")[0]))
+    want = (["ck-1.bin", "ck-2.bin", "ck-3.bin", "ck-4.bin", "ck-5.bin", "ck-9"])[6 - min(keep, 6):]
+    assert kept == want
+    assert sorted(os.listdir(tmp_path)) == sorted([*want, "other-1.bin"])
+
+
+def test_prune_newest_keeps_the_chain_a_kept_entry_needs(tmp_path):
+    from lit_amp._io import prune_newest
+
+    names = ["a-1", "a-2-inc", "a-3-inc", "a-4", "a-5-inc"]
+    for n in names:
+        (tmp_path / n).write_bytes(b"x")
+    kept = prune_newest(tmp_path, r"a-.*", 3, key=lambda n: int(n.split("-")[1]),
+                        needs_previous=lambda n: n.endswith("-inc"))
+    assert kept == names[:]  # a-3-inc needs a-2-inc needs a-1
+    kept = prune_newest(tmp_path, r"a-.*", 2, key=lambda n: int(n.split("-")[1]),
+                        needs_previous=lambda n: n.endswith("-inc"))
+    assert kept == ["a-4", "a-5-inc"] and sorted(os.listdir(tmp_path)) == kept

@@ -24,14 +24,13 @@ import logging
 import os
 import re
 import stat
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from lit_amp._io import remove_stale_temps
+from lit_amp._io import BackgroundJobs, prune_newest, remove_stale_temps
 from lit_amp.callbacks._utils import is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
 from lit_amp.callbacks.checkpoint_config import CheckpointConfig
@@ -89,15 +88,17 @@ class _CheckpointManager:
         self._counter += 1
         self._order[path] = self._counter
 
+    @staticmethod
+    def _own(filename: str, prefix: str) -> bool:
+        """Whether ``filename`` is ``{prefix}-{digits and _}.ckpt``."""
+        if os.path.splitext(filename)[1] != ".ckpt" or not filename.startswith(prefix + "-"):
+            return False
+        return not any(ch.isalpha() for ch in filename[len(prefix) : -5])
+
     def update(self, directory: str, prefix: str) -> None:
         """List ``{prefix}-{digits and _}.ckpt`` files of ``directory``."""
-        self.files = []
-        for filename in os.listdir(directory):
-            if os.path.splitext(filename)[1] != ".ckpt" or not filename.startswith(prefix + "-"):
-                continue
-            mid = filename[len(prefix) : -5]
-            if not any(ch.isalpha() for ch in mid):
-                self.files.append(os.path.join(directory, filename))
+        self.files = [os.path.join(directory, f) for f in os.listdir(directory)
+                      if self._own(f, prefix)]
 
     def _key(self, path: str) -> tuple[int, int]:
         return os.stat(path).st_mtime_ns, self._order.get(path, 0)
@@ -111,10 +112,12 @@ class _CheckpointManager:
         except (OSError, ValueError) as exc:
             log.warning("Failed to remove the older checkpoint file %s: %s", path, exc)
 
-    def remove_oldest(self) -> None:
-        """Delete the file with the oldest modification time."""
+    def remove_oldest(self, directory: str, prefix: str) -> None:
+        """Delete the file with the oldest modification time (MindSpore deletes one per save)."""
         if self.files:
-            self.remove(min(self.files, key=self._key))
+            kept = prune_newest(directory, lambda f: self._own(f, prefix), len(self.files) - 1,
+                                key=lambda f: self._key(os.path.join(directory, f)))
+            self.files = [os.path.join(directory, f) for f in kept]
 
     def keep_one_per_minutes(self, minutes: int, cur_time: float) -> None:
         """Of the files written in the last ``minutes`` minutes, keep only the oldest."""
@@ -249,8 +252,7 @@ class ModelCheckpoint(Callback):
         self._in_run = False
         self._last_time = time.time()
         self._last_time_for_keep = time.time()
-        self._thread: threading.Thread | None = None
-        self._thread_error: BaseException | None = None
+        self._writes = BackgroundJobs("lit_amp_async_save_ckpt")  # async_save's
 
     @property
     def latest_ckpt_file_name(self) -> str:
@@ -423,11 +425,10 @@ class ModelCheckpoint(Callback):
         return force_to_save
 
     def _join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._thread_error is not None:
-            err, self._thread_error = self._thread_error, None
+        """Wait for the asynchronous save in flight (its thread stops); raise its error."""
+        try:
+            self._writes.close()
+        except BaseException as err:
             raise RuntimeError(f"ModelCheckpoint: an asynchronous save failed: {err}") from err
 
     def _save_ckpt(self, cb_params: dict, force_to_save: bool = False) -> None:
@@ -448,7 +449,7 @@ class ModelCheckpoint(Callback):
             keep_max = self._config.keep_checkpoint_max
             keep_minutes = self._config.keep_checkpoint_per_n_minutes
             if keep_max and 0 < keep_max <= len(self._manager.files):
-                self._manager.remove_oldest()
+                self._manager.remove_oldest(self._directory, self._prefix)
             elif keep_minutes and keep_minutes > 0:
                 now = time.time()
                 if now - self._last_time_for_keep < keep_minutes * 60:
@@ -459,25 +460,13 @@ class ModelCheckpoint(Callback):
         payload = checkpoint_payload(self._save_obj(cb_params), self._current_append(cb_params))
         if rank_zero:
             if self._config.async_save:
-                self._thread = threading.Thread(
-                    target=self._async_write,
-                    args=(_cpu_copy(payload), path),
-                    name="lit_amp_async_save_ckpt",
-                    daemon=False,
-                )
-                self._thread.start()
+                self._writes.submit(write_checkpoint, _cpu_copy(payload), path)
             else:
                 write_checkpoint(payload, path)
             self._manager.note_saved(path)
         self._latest_ckpt_file_name = path
         cb_params["latest_ckpt_file"] = path
         cb_params["last_save_ckpt_step"] = cur_step
-
-    def _async_write(self, payload: dict, path: str) -> None:
-        try:
-            write_checkpoint(payload, path)
-        except BaseException as exc:  # re-raised in the training thread by _join
-            self._thread_error = exc
 
 
 def _is_sharded(obj: Any) -> bool:

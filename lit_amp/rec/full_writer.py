@@ -14,11 +14,11 @@ import logging
 import os
 import zlib
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import torch
 
-from lit_amp._io import atomic_write
+from lit_amp._io import BackgroundJobs, atomic_write
 from lit_amp.rec.online.snapshot import Snapshot, Snapshots
 
 __all__ = ["BackgroundFullWriter", "streamable"]
@@ -87,15 +87,14 @@ class BackgroundFullWriter:
     def __init__(self, optimizers: Iterable[torch.optim.Optimizer],
                  network: torch.nn.Module) -> None:
         self._snapshots = Snapshots(optimizers, network=network)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="lit_amp-publish-full")
-        self.pending: tuple[Future, int, str] | None = None  # (future, version, path)
+        self._writes = BackgroundJobs("lit_amp-publish-full")  # noted (version, path)
 
     def start(self, payload: dict, header_crc: int, version: int, path: str) -> None:
         """Freeze ``payload`` (its ``"network"`` in key order, :func:`streamable`) and write
         it to ``path`` in the background, then its checksum to ``<path>.crc``."""
         snap = self._snapshots.take(payload, weights="network")
         crc = _StreamChecksum(header_crc, snap.payload["network"])
-        self.pending = (self._pool.submit(self._write, snap, path, crc), version, path)
+        self._writes.submit(self._write, snap, path, crc, note=(version, path))
 
     @staticmethod
     def _write(snap: Snapshot, path: str, crc: _StreamChecksum) -> None:
@@ -103,15 +102,20 @@ class BackgroundFullWriter:
         value = crc.value()
         atomic_write(path + ".crc", lambda f: f.write(f"{value}\n".encode()))
 
+    @property
+    def pending(self) -> tuple[Future, tuple[int, str]] | None:
+        """The write started and not collected: ``(future, (version, path))``, or None."""
+        return self._writes.pending
+
     def busy(self) -> bool:
-        return self.pending is not None and not self.pending[0].done()
+        return self._writes.busy()
 
     def collect(self, wait: bool = False) -> tuple[int, str, BaseException | None] | None:
         """The finished write, if any: ``(version, path, error or None)``; ``wait`` for it."""
-        if self.pending is None or not (wait or self.pending[0].done()):
+        done = self._writes.take(wait)
+        if done is None:
             return None
-        future, version, path = self.pending
-        self.pending = None
+        future, (version, path) = done
         error = future.exception()
         if error is not None:
             for name in (path, path + ".crc"):  # what a failed write left
@@ -129,7 +133,6 @@ class BackgroundFullWriter:
 
     def close(self) -> None:
         """Wait for the write in flight and unhook the optimizers (in the training thread)."""
-        if self.pending is not None:
-            self.pending[0].exception()
-        self._pool.shutdown(wait=True)
+        self._writes.take(wait=True)  # its error is the caller's (collect)
+        self._writes.close()
         self._snapshots.remove()

@@ -39,12 +39,11 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
 
-from lit_amp._io import atomic_write
+from lit_amp._io import BackgroundJobs, atomic_write, prune_newest
 from lit_amp._validation import check_bool, check_int, check_number
 from lit_amp.rec.full_writer import BackgroundFullWriter, streamable
 from lit_amp.rec.online.guard import all_finite
@@ -130,19 +129,8 @@ def publish_weights(
     path = os.path.join(directory, name)
     atomic_write(path, lambda f: torch.save(payload, f))
     _write_latest(directory, name)
-    published = sorted(n for n in os.listdir(directory) if _PUBLISHED.match(n))
-    for old in published[: max(0, len(published) - keep)]:
-        if old != name:
-            _remove(os.path.join(directory, old))
+    prune_newest(directory, lambda n: _PUBLISHED.match(n) and n != name, keep - 1)
     return path
-
-
-def _remove(path: str, *, quiet: bool = False) -> None:
-    try:
-        os.remove(path)
-    except OSError as exc:
-        if not quiet:
-            log.warning("Could not remove the old published file %s: %s", path, exc)
 
 
 # ---------------------------------------------------------------------------------- versions
@@ -289,9 +277,8 @@ class DeltaPublisher:
         self.last_kind: str | None = None
         self.last_bytes = 0
         self.last_rows = 0
-        # background: the delta being written: (future, version, changes, full too)
-        self._delta_pool: ThreadPoolExecutor | None = None
-        self._pending_delta: tuple[Future, int, dict, bool] | None = None
+        # background: the delta being written, noted (version, changes, full too)
+        self._deltas = BackgroundJobs("lit_amp-publish-delta")
         # set once the background delta's rows are gathered; optimizer steps wait for it
         self._gathering: threading.Event | None = None
         # gather the rows in the loop: the network changes rows outside optimizer steps
@@ -425,16 +412,14 @@ class DeltaPublisher:
                      full_too: bool, state: dict) -> None:
         """Write the delta ``_delta_copy`` made in the background thread, gathering its rows
         there first if they are not gathered yet (the next optimizer step waits for that)."""
-        if self._delta_pool is None:
-            self._delta_pool = ThreadPoolExecutor(1, thread_name_prefix="lit_amp-publish-delta")
         net = payload["network"]
         live = {k: state[k] for k in payload["rows"] if net[k] is None}
         gathered = None
         if live:
             gathered = self._gathering = threading.Event()
-        future = self._delta_pool.submit(self._gather_and_write, payload, path, version, live,
-                                         {k: t._version for k, t in live.items()}, gathered)
-        self._pending_delta = (future, version, changes, full_too)
+        self._deltas.submit(self._gather_and_write, payload, path, version, live,
+                            {k: t._version for k, t in live.items()}, gathered,
+                            note=(version, changes, full_too))
 
     @classmethod
     def _gather_and_write(cls, payload: dict, path: str, version: int,
@@ -469,11 +454,10 @@ class DeltaPublisher:
         """Land the background delta if it is written (or ``wait`` for it): ``LATEST`` moves
         to it. A failed one is rolled back (its rows marked again; its version, unless a
         full snapshot holds it, written again by the next publish) and its error raised."""
-        pending = self._pending_delta
-        if pending is None or not (wait or pending[0].done()):
+        done = self._deltas.take(wait)
+        if done is None:
             return
-        self._pending_delta = None
-        future, version, changes, full_too = pending
+        future, (version, changes, full_too) = done
         error = future.exception()
         if error is None:
             self._unnamed[version] = (f"delta-{version:012d}.pt", future.result())
@@ -492,7 +476,8 @@ class DeltaPublisher:
 
     def writing(self, version: int) -> bool:
         """Whether the delta of ``version`` is being written in the background (not landed)."""
-        return self._pending_delta is not None and self._pending_delta[1] == version
+        pending = self._deltas.pending
+        return pending is not None and pending[1][0] == version
 
     def poll(self, wait: bool = False) -> None:
         """Land what the background writers finished (between steps; cheap when nothing
@@ -571,9 +556,7 @@ class DeltaPublisher:
         try:
             self._collect_delta(wait=True)
         finally:
-            if self._delta_pool is not None:
-                self._delta_pool.shutdown(wait=True)
-                self._delta_pool = None
+            self._deltas.close()
             if self._writer is not None:
                 try:
                     self._collect(wait=True)
@@ -582,15 +565,18 @@ class DeltaPublisher:
                     self._writer = None
 
     def _prune(self) -> None:
-        fulls, deltas = _versions(self.directory)
-        kept = sorted(fulls)[-self.keep_full:]
-        if len(fulls) <= self.keep_full:
+        """Keep the newest ``keep_full`` full snapshots and the deltas after the oldest one."""
+        def version(n: str) -> int:
+            return int(_VERSIONED.match(n).group(2))
+
+        if len(_versions(self.directory)[0]) <= self.keep_full:
             return
-        for v, n in [*fulls.items(), *deltas.items()]:
-            if v < kept[0]:
-                _remove(os.path.join(self.directory, n))
-                if n.startswith("full-"):
-                    _remove(os.path.join(self.directory, n + ".crc"), quiet=True)
+        kept = prune_newest(self.directory, r"full-\d+\.pt", self.keep_full, key=version,
+                            also=lambda n: [n + ".crc"])
+        if kept:
+            prune_newest(self.directory,
+                         lambda n: n.startswith("delta-") and _VERSIONED.match(n) and
+                         version(n) < version(kept[0]), 0)
 
 
 def _refuse_nonfinite(tensors: dict[str, torch.Tensor], version: int) -> None:
@@ -941,12 +927,5 @@ def prune_checkpoints(ckpt_dir: str | os.PathLike, keep: int) -> None:
     Example:
         >>> prune_checkpoints("/nonexistent", keep=2)
     """
-    files = list_checkpoints(ckpt_dir)
-    first = max(0, len(files) - keep)
-    while 0 < first < len(files) and _CKPT.match(os.path.basename(files[first])).group(2):
-        first -= 1  # an increment: keep its predecessor
-    for path in files[:first]:
-        try:
-            os.remove(path)
-        except OSError as exc:
-            log.warning("Could not remove the old checkpoint %s: %s", path, exc)
+    prune_newest(ckpt_dir, _CKPT, keep, key=lambda n: int(_CKPT.match(n).group(1)),
+                 needs_previous=lambda n: bool(_CKPT.match(n).group(2)))

@@ -28,10 +28,9 @@ import importlib.util
 import logging
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from lit_amp._io import remove_stale_temps
+from lit_amp._io import BackgroundJobs, remove_stale_temps
 from lit_amp.rec._stream import OnlineStream
 from lit_amp.rec.online.guard import refuse_nonfinite
 from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary
@@ -93,9 +92,10 @@ class CursorCheckpoints:
         self.last_time = 0.0
         self.waits = 0  # checkpoints that waited for the previous write
         self._snapshots: Snapshots | None = None  # rank 0, background writes
-        self._pool: ThreadPoolExecutor | None = None
-        # rank 0: the background write in flight: (future, snapshot, step, stall_s, waited_s)
-        self._inflight: tuple[Future, Snapshot, int, float, float] | None = None
+        # rank 0: the background write in flight, noted (snapshot, step, stall_s, waited_s);
+        # at the ordinary priority: a lower one makes the loop wait for the GIL while the
+        # writer, holding it, waits for a CPU (0.1-0.5 s stalls at nice +10)
+        self._writes = BackgroundJobs("lit_amp-online-ckpt")
         self._status = "durable"  # rank 0: the newest checkpoint: durable, abandoned, failed
         # rank 0: the file the next row increment follows (None: the next one is whole), and
         # the checkpoints in its chain so far
@@ -187,12 +187,8 @@ class CursorCheckpoints:
             path = os.path.join(self.directory, f"online-{step:012d}-rows.ckpt")
         self._chain = self._chain + 1 if snap.increment else 1
         self._prev_file = path
-        if self._pool is None:
-            # at the ordinary priority: a lower one makes the loop wait for the GIL while the
-            # writer, holding it, waits for a CPU (measured: 0.1-0.5 s stalls at nice +10)
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="lit_amp-online-ckpt")
-        write = self._pool.submit(self._write, snap, path)
-        self._inflight = (write, snap, step, time.monotonic() - t0, waited)
+        self._writes.submit(self._write, snap, path,
+                            note=(snap, step, time.monotonic() - t0, waited))
 
     def _write(self, snap: Snapshot, path: str) -> SnapshotStats:
         """The background thread: write ``snap`` to ``path``, then prune old checkpoints."""
@@ -202,20 +198,19 @@ class CursorCheckpoints:
 
     def poll(self) -> bool:
         """Collect a finished background write (rank 0); whether a write failed."""
-        if self._inflight is not None and self._inflight[0].done():
+        if self._writes.pending is not None and self._writes.pending[0].done():
             self._wait()
         return self._error is not None
 
     def _wait(self, due: bool = False) -> float:
         """Wait for the write in flight and collect it (its error is kept, not raised);
         returns the seconds waited. ``due``: a checkpoint is due (a wait is counted)."""
-        if self._inflight is None:
+        if self._writes.pending is None:
             return 0.0
-        write, snap, step, stall, waited0 = self._inflight
-        self._inflight = None
         t0 = time.monotonic()
-        busy = not write.done()
+        busy = self._writes.busy()
         self.waits += int(due and busy)
+        write, (snap, step, stall, waited0) = self._writes.take(wait=True)
         try:
             stats = write.result()
         except SnapshotBroken as exc:
@@ -289,9 +284,7 @@ class CursorCheckpoints:
             if self._snapshots is not None:
                 self._snapshots.remove()
                 self._snapshots = None
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
+            self._writes.close()  # the write in flight was taken: nothing left to raise
 
     def release(self, cursor: Any, *, wait: bool = False) -> None:
         """Tell the source that a durable checkpoint holds ``cursor`` (it may clean up);

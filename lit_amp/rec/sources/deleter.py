@@ -17,8 +17,8 @@ import logging
 import os
 from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent import futures
-from concurrent.futures import Future, ThreadPoolExecutor
+
+from lit_amp._io import BackgroundJobs
 
 __all__ = ["Deleter"]
 
@@ -58,22 +58,19 @@ class Deleter:
         self.deleted = 0
         self.failed = 0
         self._gone: deque[str] = deque()  # names unlinked, not yet taken by the reader
-        self._pool: ThreadPoolExecutor | None = None  # one thread: batches run in order
-        self._futures: list[Future] = []  # batches submitted and not collected
+        # one thread: batches run in order, queued (submit never waits)
+        self._jobs = BackgroundJobs(f"lit_amp-{owner}-delete", limit=None)
 
     def submit(self, names: Iterable[tuple[str, Identity | None]]) -> None:
         """Queue ``(name, identity or None)`` pairs for deletion; returns at once."""
         batch = list(names)
         if not batch:
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"lit_amp-{self.owner}-delete")
-        self._futures = [f for f in self._futures if not f.done()]
-        self._futures.append(self._pool.submit(self._delete, batch))
+        self._jobs.submit(self._delete, batch)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until every submitted file is handled; False if ``timeout`` s passed first."""
-        return not futures.wait(self._futures, timeout).not_done
+        return self._jobs.wait(timeout)
 
     def take_gone(self) -> set[str]:
         """The names unlinked since the last call (the reader's listing uses them)."""
