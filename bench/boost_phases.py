@@ -52,8 +52,8 @@ def _instrument() -> None:
     from lit_amp.model.lit_model import LitModel
 
     _wrap(LitModel, "loss_of", "forward")
-    _wrap(LitModel, "_backward", "backward")
-    _wrap(LitModel, "_optimizer_step", "optimizer step")
+    _wrap(LitModel, "train_backward", "backward")
+    _wrap(LitModel, "train_optimizer_step", "optimizer step")
     _wrap(A.AdaSumHooks, "_pre", "  AdaSum snapshot")
     _wrap(A.AdaSumHooks, "_post", "  AdaSum after the step")
     _wrap(A, "exchange", "    AdaSum exchange")

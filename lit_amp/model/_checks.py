@@ -21,7 +21,7 @@ from lit_amp._validation import (
     value_error,
 )
 from lit_amp.amp.names import AMP_LEVELS, BOOST_LEVELS
-from lit_amp.model.data import check_dataset
+from lit_amp.model.data_checks import check_dataset
 
 __all__ = ["MODEL_KWARGS", "check_model_arguments", "check_sink_size", "check_train_args"]
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from lit_amp._runtime import dist_ready
 from lit_amp.model._lightning import quiet_lightning
-from lit_amp.model.data import check_dataset, for_lightning
+from lit_amp.model.data_checks import check_dataset, for_lightning
 
 __all__ = ["infer_layouts", "read_layouts"]
 

@@ -46,23 +46,17 @@ from lit_amp.model._lightning import (
     fast_path_ok,
     mean_over_ranks,
 )
-from lit_amp.model.data import NO_BATCH, as_batch_tuple, padding_trim
-from lit_amp.model.graph_sink import SinkGraph, check_sink_graph
+from lit_amp.model.data_checks import as_batch_tuple
+from lit_amp.model.graph_plan import check_sink_graph
+from lit_amp.model.graph_sink import SinkGraph
 from lit_amp.model.lit_state import CheckpointStateMixin
-from lit_amp.model.sharding import (
-    broadcast_buffers,
-    gathered,
-    is_fsdp2,
-    no_grad_sync,
-    prepare_sharded,
-)
+from lit_amp.model.rank_placement import NO_BATCH, padding_trim
+from lit_amp.model.sharding import broadcast_buffers, gathered, is_fsdp2, prepare_sharded
+from lit_amp.model.train_step import TrainStepMixin
 
 __all__ = ["LitModel", "MODEL_KWARGS"]
 
 log = logging.getLogger(__name__)
-
-#: the step driver of a LitModel without loss scaling (a disabled controller keeps no state)
-_NO_LOSS_SCALE = LossScaleController(None)
 
 #: LR scheduler keys Lightning drops under manual optimization (LitModel honours them)
 _SCHEDULER_KEYS = ("monitor", "strict", "reduce_on_plateau")
@@ -107,7 +101,7 @@ def _take_scheduler_keys(conf: Any, found: list[tuple[Any, dict[str, Any]]]) -> 
     return conf
 
 
-class LitModel(CheckpointStateMixin, L.LightningModule):
+class LitModel(TrainStepMixin, CheckpointStateMixin, L.LightningModule):
     """MindSpore's ``Model`` networks as a LightningModule.
 
     Args:
@@ -309,7 +303,7 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
         """Whether a sink's train steps replay one captured CUDA graph (CUDA only).
 
         ``False`` (default) or ``"off"``: never; ``"auto"``: when
-        :func:`~lit_amp.model.graph_sink.plan_sink_graph` allows it; ``True``: always (a
+        :func:`~lit_amp.model.graph_plan.plan_sink_graph` allows it; ``True``: always (a
         RuntimeError names what prevents it). Opt in only for a network whose forward has no
         host-side state (Python in the forward runs once, at capture). See
         :mod:`lit_amp.model.graph_sink`.
@@ -544,40 +538,6 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
             self.trainer.gradient_clip_val = self._trainer_grad["clip_val"]
 
     # ------------------------------------------------------------------ training
-    def loss_of(self, batch: Any) -> torch.Tensor:
-        """The training loss of one batch: the forward half of a MindSpore train step.
-
-        ``network(data)`` then ``loss_fn(output, label)`` (in fp32 when the AMP level asks for
-        it), or ``network(*batch)`` when there is no ``loss_fn``. No backward, no step: the
-        boost algorithms (``DimReduce``) call it to re-evaluate the loss.
-
-        Args:
-            batch: a ``(data, label)`` pair (or the network's inputs without ``loss_fn``).
-
-        Returns:
-            The loss tensor (with its graph).
-
-        Example:
-            >>> net = nn.Linear(4, 3)
-            >>> lit = LitModel(net, nn.CrossEntropyLoss())
-            >>> lit.loss_of((torch.randn(2, 4), torch.tensor([0, 2]))).shape
-            torch.Size([])
-        """
-        inputs = as_batch_tuple(batch, expect_pair=self.loss_fn is not None)
-        if self.loss_fn is None:
-            loss = self.network(*inputs)
-        else:
-            out = self.network(inputs[0])
-            label = inputs[1]
-            if self.amp_config is not None and self.amp_config.loss_in_fp32:
-                if torch.is_tensor(out) and out.is_floating_point():
-                    out = out.float()
-                if torch.is_tensor(label) and label.is_floating_point():
-                    label = label.float()
-            loss = self.loss_fn(out, label)
-        return loss
-
-
     def on_fit_start(self) -> None:
         # MindSpore sets the network to train mode for each train call (``set_train(True)``):
         # a Model.predict / eval before it leaves the modules in eval mode
@@ -661,128 +621,6 @@ class LitModel(CheckpointStateMixin, L.LightningModule):
                 self._lr_plateau_due = False
                 self._step_lr_schedulers("step", plateau=True)
             self._step_lr_schedulers("epoch", plateau=True)
-
-    def _backward(self, loss: torch.Tensor, sync: bool = True) -> None:
-        # sync=False: a micro-step before the last of an accumulation window; under DDP/FSDP2
-        # the gradients accumulate locally and the last backward reduces their sum once
-        with no_grad_sync(self._ddp, self.network, skip=not sync):
-            if self._fast:
-                loss.backward()
-            else:
-                self.manual_backward(loss)
-
-    def _optimizer_step(self, lopt: Any) -> None:
-        if self._fast:
-            # what LightningOptimizer.step does on a single device with the default precision
-            # plugin and no gradient hooks, without its per-call wrappers (global_step advances)
-            lopt._on_before_step()
-            lopt.optimizer.step()
-            lopt._on_after_step()
-        else:
-            lopt.step()
-
-    def train_one_step(self, batch: Any) -> dict[str, Any]:
-        """One MindSpore train step; returns ``{"loss"[, "overflow", "loss_scale"]}``."""
-        if self._optimizer is None:
-            out = self._train_network(*as_batch_tuple(batch, expect_pair=self.loss_fn is not None))
-            if torch.is_tensor(out):
-                return {"loss": out.detach()}
-            return {"loss": out[0].detach() if isinstance(out, (tuple, list)) else out}
-        lopt = self._lopt if self._lopt is not None else self.optimizers()
-        loss = self.loss_of(batch)
-        raw = lopt.optimizer
-        n = max(self.grad_accumulation_steps, self._trainer_grad["accumulate"])
-        # Lightning's accumulation also steps on an epoch's last batch (a partial window)
-        force = self._trainer_grad["accumulate"] > 1 and self._epoch_last_batch
-        first, last = self._accum_i == 0, self._accum_i == n - 1 or force
-        self._accum_i = 0 if last else self._accum_i + 1
-        if first:
-            raw.zero_grad(set_to_none=True)
-        scaled = loss / n if n > 1 else loss
-        ctl = self.loss_scale
-        if ctl is None or not ctl.enabled:
-            self._backward(scaled, sync=last)
-            if last:
-                self._apply_step(lopt)
-            return {"loss": loss.detach()}
-        self._backward(ctl.scale_loss(scaled), sync=last)
-        if not last:
-            return {
-                "loss": loss.detach(),
-                "overflow": torch.tensor(False),
-                "loss_scale": torch.tensor(ctl.scale),
-            }
-        self._apply_step(lopt)
-        loss_, ovf, scale = ctl.step_outputs(loss.detach())
-        return {"loss": loss_, "overflow": ovf, "loss_scale": scale}
-
-    def _apply_step(self, lopt: Any) -> None:
-        """Apply the accumulated gradients: :meth:`LossScaleController.apply` (unscale, clip,
-        overflow check, optimizer step unless skipped, scale update); without loss scaling,
-        clip and step."""
-        raw = lopt.optimizer
-        ctl = self.loss_scale if self.loss_scale is not None else _NO_LOSS_SCALE
-        # the clipping runs after unscaling: the threshold applies to the true gradients
-        done = ctl.apply(raw, lambda: self._optimizer_step(lopt),
-                         before_step=lambda: self._clip(raw))
-        if self.__dict__["_lr_plan"] and not done.skipped:
-            # an overflow-skipped step does not advance the schedule (docs/differences.md)
-            self._step_lr_schedulers("step", plateau=False)
-            self._lr_plateau_due = any(c.interval == "step" and p
-                                       for c, p, _, _ in self.__dict__["_lr_plan"])
-
-    @property
-    def open_window(self) -> int:
-        """Batches of the current gradient-accumulation window not yet applied (0: none)."""
-        return self._accum_i
-
-    def apply_open_window(self) -> int:
-        """Apply the open gradient-accumulation window now (a stream ended inside it).
-
-        The window's ``m < n`` batches accumulated ``sum(g) / n``; under DDP their micro-steps
-        skipped the gradient reduction, so the gradients are averaged over the ranks first;
-        they are rescaled by ``n / m`` (the mean over the ``m`` batches, as a full window is
-        the mean over its ``n``) and the optimizer steps as every update does (unscale,
-        overflow skip, clipping, loss-scale update). Call it on every rank together.
-
-        Returns:
-            ``m``, the number of batches applied; 0 when there is no open window, no
-            optimizer, or the gradients are sharded (FSDP2: not applied, a warning says so).
-        """
-        m, optimizer = self._accum_i, self._optimizer
-        if m == 0 or optimizer is None:
-            return 0
-        lopt = self._lopt if self._lopt is not None else self.optimizers()
-        raw = lopt.optimizer
-        grads = [p.grad for group in raw.param_groups for p in group["params"]
-                 if p.grad is not None]
-        world = self.trainer.world_size if self._trainer is not None else 1
-        if world > 1:
-            if any(type(g) is not torch.Tensor for g in grads):  # sharded (FSDP2) gradients
-                log.warning("LitModel: an open gradient-accumulation window of sharded "
-                            "gradients is not applied (its batches are trained again after "
-                            "a restart).")
-                return 0
-            for g in grads:  # the micro-steps kept local sums
-                torch.distributed.all_reduce(g, op=torch.distributed.ReduceOp.SUM)
-                g.div_(world)
-        n = max(self.grad_accumulation_steps, self._trainer_grad["accumulate"])
-        for g in grads:
-            g.mul_(n / m)
-        self._apply_step(lopt)
-        raw.zero_grad(set_to_none=True)
-        self._accum_i = 0
-        return m
-
-    def _clip(self, optimizer: torch.optim.Optimizer) -> None:
-        """``Trainer(gradient_clip_val=...)``: Lightning's ``configure_gradient_clipping``."""
-        val = self._trainer_grad["clip_val"]
-        if val:
-            algorithm = self._trainer_grad["clip_algorithm"]
-            self.configure_gradient_clipping(
-                optimizer, gradient_clip_val=val,
-                gradient_clip_algorithm=None if algorithm is None else str(algorithm.value),
-            )
 
     def _at_epoch_end(self, batch_idx: int) -> bool:
         """Whether ``batch_idx`` is the epoch's last training batch (Lightning's test)."""

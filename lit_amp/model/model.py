@@ -29,10 +29,12 @@ from lit_amp.model._lightning import (
     quiet_lightning,
     split_callbacks,
 )
-from lit_amp.model.data import SinkSizeOfRank, check_dataset, rank_data
+from lit_amp.model.data_checks import check_dataset
 from lit_amp.model.layout import infer_layouts
 from lit_amp.model.lit_model import LitModel
+from lit_amp.model.rank_placement import placement_of, rank_data
 from lit_amp.model.sharding import is_sharded_strategy
+from lit_amp.model.sink_stream import SinkSizeOfRank, SinkStream
 
 __all__ = ["Model", "quiet_lightning", "split_callbacks"]
 
@@ -279,8 +281,10 @@ class Model:
             valid_frequency=valid_frequency,
             eval_during_fit=valid_dataset is not None,
         )
-        data = rank_data(fit_data, lit, train=True, sink_size=sink_size if sink else 0,
-                         pin_memory=self._pin(), per_pass=per_pass)  # this rank's part
+        # this rank's part
+        data = (SinkStream(fit_data, sink_size, pin_memory=self._pin(), per_pass=per_pass,
+                           placement=lambda: placement_of(lit))
+                if sink else rank_data(fit_data, lit, train=True))
         trainer = self._make_trainer(max_epochs=epoch - initial_epoch, callbacks=[
             *([SinkSizeOfRank(data, cb_params, bridge)] if per_pass else []),
             RankStepCount(cb_params, sink=sink), bridge, *pl_cbs])
@@ -335,7 +339,7 @@ class Model:
         )
 
     def _rank_data(self, dataset: Any, *, train: bool) -> Any:
-        return rank_data(dataset, self._lit, train=train, pin_memory=self._pin())
+        return rank_data(dataset, self._lit, train=train)
 
     def _apply_amp(self) -> None:  # no cast cache when FSDP re-gathers into the same storage
         sharded = is_sharded_strategy(self._trainer_kwargs.get("strategy"))

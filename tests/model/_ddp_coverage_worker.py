@@ -153,7 +153,7 @@ def _already_sharded(res: dict) -> None:
 
 def _iterable(res: dict) -> None:
     """Item 17: an IterableDataset under DDP, with and without sink mode."""
-    from lit_amp.model import data as lit_data
+    from lit_amp.model import rank_placement as lit_data
 
     _record(res, "17_plain", lambda: _train(DataLoader(Stream(16), batch_size=2)))
     _record(res, "17_sink", lambda: _train(DataLoader(Stream(16), batch_size=2),

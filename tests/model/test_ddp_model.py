@@ -96,7 +96,7 @@ def test_layout_with_a_strategy_object_leaves_the_model_usable(tmp_path):
 
 
 def test_eval_shard_of_a_dataloader_keeps_the_batches_of_one_process():
-    from lit_amp.model.data import RankShard
+    from lit_amp.model.rank_placement import RankShard
 
     dl = DataLoader(TensorDataset(torch.arange(7)), batch_size=2)
     parts = [[b[0].tolist() for b in RankShard(dl, lambda r=r: (r, 2), train=False)]

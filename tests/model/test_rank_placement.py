@@ -1,5 +1,5 @@
-"""Datasets as ``Model`` sees them under DDP (``lit_amp.model.data``): which samples each rank
-trains on and which samples an evaluation counts, on 2 CPU processes (gloo).
+"""Datasets as ``Model`` sees them under DDP (``lit_amp.model.rank_placement``): which samples
+each rank trains on and which samples an evaluation counts, on 2 CPU processes (gloo).
 
 One run of ``_ddp_coverage_worker.py`` (Lightning's launcher re-runs it for rank 1) covers all
 items; every sample's id is its first feature, so the ids the network trained on and the ids
@@ -150,7 +150,7 @@ def _padded_loader(batch_size: int | None = 2, drop_last: bool = False):
 
 
 def test_an_evaluation_sampler_that_drops_samples_is_refused():
-    from lit_amp.model.data import padding_trim
+    from lit_amp.model.rank_placement import padding_trim
 
     with pytest.raises(ValueError, match=r"drop_last=True: it leaves out 1 of the 7 samples"):
         padding_trim(_padded_loader(drop_last=True))
@@ -159,7 +159,7 @@ def test_an_evaluation_sampler_that_drops_samples_is_refused():
 def test_padding_under_a_batch_sampler_of_ones_own_is_refused():
     from torch.utils.data import DataLoader
 
-    from lit_amp.model.data import padding_trim
+    from lit_amp.model.rank_placement import padding_trim
 
     class Pairs:  # a batch sampler that is not torch's BatchSampler
         def __init__(self, sampler):
@@ -181,7 +181,7 @@ def test_padding_under_a_batch_sampler_of_ones_own_is_refused():
 def test_a_repeat_that_cannot_be_cut_is_refused():
     import torch
 
-    from lit_amp.model.data import NO_BATCH, padding_trim
+    from lit_amp.model.rank_placement import NO_BATCH, padding_trim
 
     trim = padding_trim(_padded_loader())  # batches 1, 3 | 5, 0 (the repeat)
     assert trim(torch.tensor([1, 3]), 0).tolist() == [1, 3]

@@ -1,26 +1,13 @@
-"""Datasets as ``Model`` sees them: size checks, batch checks and dataset-sink streams.
+"""Which batches each data-parallel rank trains on and evaluates, by one rule.
 
-A dataset is a ``torch.utils.data.DataLoader`` or any re-iterable yielding ``(data, label)``
-tuples (n-tuples when ``loss_fn`` is None). Its size is ``len()`` when defined.
-
-Sink mode (docs/semantics.md §1.4): with ``sink_size > 0`` an epoch is exactly ``sink_size`` batches
-from one continuous stream that carries over between epochs; epoch k trains on stream batches
-``[(k-1)*sink_size, k*sink_size)``, wrapping across dataset boundaries. :class:`SinkStream` is
-that stream, shaped for Lightning: one "batch" per epoch holding the ``sink_size`` batches of
-the sink, so the whole sink runs as one tight inner loop inside one Lightning step.
-
-Under data parallelism every dataset is given to the ranks by one rule
-(:func:`rank_source`): a DataLoader whose sampler already picks this rank's part (a
-``DistributedSampler``, or any sampler / batch sampler with ``num_replicas`` and ``rank``) is
-used as it is; another DataLoader is split by its sampler; a list or other re-iterable gives
-rank r every ``world``-th batch; an ``IterableDataset`` is refused unless wrapped in
-:class:`PerRank` (it yields this rank's part) or :class:`SplitByRank` (split its batches).
-Evaluation drops the samples a ``DistributedSampler`` repeats to pad ranks
-(:func:`padding_trim`), so every sample is counted once. Splitting one order by batch index
-needs every rank to iterate the same order: an evaluation pass compares a digest of its first
-batch (its sample indices, or its content for a re-iterable) across the ranks and refuses a
-difference (:func:`check_same_order`; a ``shuffle=True`` loader seeded per rank). Only the
-first batch is compared: orders that agree on it and part later are not detected.
+A DataLoader whose sampler already picks this rank's part (a ``DistributedSampler``, or any
+sampler with ``num_replicas`` and ``rank``) is used as it is; another DataLoader is split by
+its sampler; a list or other re-iterable gives rank r every ``world``-th batch; an
+``IterableDataset`` is refused unless wrapped in :class:`PerRank` or :class:`SplitByRank`
+(:func:`rank_source`). Evaluation counts every sample once: the repeats a
+``DistributedSampler`` pads with are cut (:func:`padding_trim`), a rank without a batch runs
+:data:`NO_BATCH`, and the ranks' first batches are compared so that a per-rank shuffle is
+refused (:func:`check_same_order`; orders that part after the first batch are not detected).
 """
 
 from __future__ import annotations
@@ -30,117 +17,25 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-from lightning.pytorch import Callback
 from lightning_utilities.core.apply_func import apply_to_collection
 
+from lit_amp.model.data_checks import ReIterable, dataset_size
+
 __all__ = [
-    "dataset_size",
-    "check_dataset",
-    "as_batch_tuple",
-    "SinkStream",
-    "Sink",
-    "RankShard",
-    "NO_BATCH",
-    "placement_of",
-    "rank_data",
-    "shard_loader",
-    "pin_batch",
-    "ReIterable",
-    "for_lightning",
     "PerRank",
     "SplitByRank",
-    "rank_source",
-    "padding_trim",
-    "PaddingTrim",
+    "placement_of",
     "batch_digest",
     "check_same_order",
-    "SinkSizeOfRank",
+    "rank_source",
+    "shard_loader",
+    "NoBatch",
+    "NO_BATCH",
+    "RankShard",
+    "PaddingTrim",
+    "padding_trim",
+    "rank_data",
 ]
-
-
-def dataset_size(dataset: Any) -> int | None:
-    """Number of batches per pass (``len()``), or None for an unbounded / unsized iterable."""
-    try:
-        return len(dataset)
-    except TypeError:
-        return None
-
-
-def check_dataset(
-    dataset: Any, name: str, *, sink: bool = False, sink_size: int = -1
-) -> int | None:
-    """Validate a dataset argument and return its size (None when unsized).
-
-    Raises:
-        TypeError: ``dataset`` is not iterable.
-        ValueError: it is empty, or unsized without a positive ``sink_size`` in sink mode.
-    """
-    if dataset is None or not isinstance(dataset, Iterable) or isinstance(
-        dataset, (str, bytes, dict)
-    ):
-        raise TypeError(
-            f"'{name}' must be a torch DataLoader or a re-iterable of batches, "
-            f"but got {type(dataset).__name__}."
-        )
-    size = dataset_size(dataset)
-    if size == 0:
-        raise ValueError(
-            f"'{name}' is empty: its size (len) is 0; it must yield at least one batch."
-        )
-    if size is None and not (sink and sink_size > 0):
-        raise ValueError(
-            f"'{name}' has no length (an unbounded iterable): use dataset_sink_mode=True with "
-            f"sink_size > 0 (an epoch is then sink_size batches), got dataset_sink_mode={sink}, "
-            f"sink_size={sink_size}."
-        )
-    return size
-
-
-def as_batch_tuple(batch: Any, *, expect_pair: bool) -> tuple:
-    """Turn one batch into the tuple of positional inputs of the network.
-
-    Raises:
-        ValueError: ``expect_pair`` (a loss_fn is set) and the batch is not ``(data, label)``.
-    """
-    if isinstance(batch, (tuple, list)):
-        tup = tuple(batch)
-    elif isinstance(batch, dict):
-        tup = tuple(batch.values())
-    else:
-        tup = (batch,)
-    if expect_pair and len(tup) != 2:
-        raise ValueError(
-            "When 'loss_fn' is set, each batch must be a (data, label) pair, but a batch with "
-            f"{len(tup)} element(s) was received."
-        )
-    return tup
-
-
-def pin_batch(batch: Any) -> Any:
-    """Pin the CPU tensors of a (nested) batch so that host-to-CUDA copies can be asynchronous."""
-    return apply_to_collection(
-        batch, torch.Tensor, lambda t: t.pin_memory() if t.device.type == "cpu" else t)
-
-
-class ReIterable:
-    """Wraps a user dataset so that Lightning sees ONE iterable of batches.
-
-    Lightning reads a list, tuple or dict passed as ``train_dataloaders`` as a *collection of
-    dataloaders*; a MindSpore-style dataset may well be a plain list of batches.
-
-    Example:
-        >>> list(ReIterable([(1, 2), (3, 4)]))
-        [(1, 2), (3, 4)]
-    """
-
-    def __init__(self, dataset: Iterable) -> None:
-        self.dataset = dataset
-
-    def __iter__(self) -> Iterator:
-        return iter(self.dataset)
-
-    def __len__(self) -> int:
-        return len(self.dataset)
 
 
 class PerRank(ReIterable):
@@ -166,13 +61,6 @@ class SplitByRank(ReIterable):
         >>> list(RankShard(SplitByRank([1, 2, 3]), lambda: (1, 2), train=False))
         [2]
     """
-
-
-def for_lightning(dataset: Any) -> Any:
-    """``dataset`` as Lightning should receive it (DataLoaders pass through unchanged)."""
-    if isinstance(dataset, torch.utils.data.DataLoader) or dataset is None:
-        return dataset
-    return ReIterable(dataset)
 
 
 def placement_of(module: Any) -> tuple[int, int]:
@@ -315,9 +203,10 @@ def _refuse_stream(dataset: Any, name: str, world: int) -> ValueError:
         f"The argument '{name}' is {what} IterableDataset ({type(inner).__name__}), which "
         f"lit_amp cannot split over the {world} data-parallel ranks by itself: it has no "
         "sampler, and whether each rank's copy already yields only that rank's part cannot be "
-        "told. Say which: lit_amp.model.data.PerRank(dataset) when each rank's copy yields its "
-        "own part (it shards itself by rank; used as it is), or "
-        "lit_amp.model.data.SplitByRank(dataset) when every rank's copy yields the same stream "
+        "told. Say which: lit_amp.model.rank_placement.PerRank(dataset) when each rank's "
+        "copy yields its own part (it shards itself by rank; used as it is), or "
+        "lit_amp.model.rank_placement.SplitByRank(dataset) when every rank's copy yields the "
+        "same stream "
         f"(rank r then keeps the batches r, r + {world}, ...)."
     )
 
@@ -598,228 +487,10 @@ def padding_trim(loaders: Any) -> PaddingTrim | None:
     return PaddingTrim(real, sampler.num_samples, None if bs is None else bs.batch_size)
 
 
-def _leading_dim(batch: Any) -> int:
-    """Samples in one batch: the leading size of its first tensor (0 when it has none)."""
-    if torch.is_tensor(batch):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)) and batch:
-        return _leading_dim(batch[0])
-    return 0
-
-
-class Sink:
-    """One sink: ``size`` batches of a :class:`SinkStream`, fetched lazily one at a time.
-
-    Iterating it draws the batches from the stream as the steps need them, so at most two
-    batches are held (the current one and, on CUDA, the next, already on its way to the
-    device). ``sink[-1]`` is the latest batch drawn (the first one before any step ran),
-    what callbacks see as ``train_dataset_element``.
-
-    Example:
-        >>> s = SinkStream([(i, i) for i in range(5)], sink_size=2)
-        >>> sink = next(iter(s))
-        >>> len(sink), [b[0] for b in sink], sink[-1]
-        (2, [0, 1], (1, 1))
-    """
-
-    def __init__(self, stream: SinkStream, size: int) -> None:
-        self._stream = stream
-        self._size = size
-        self._drawn = 0
-        self._pending: Any = None
-        self._has_pending = False
-        self._last: Any = None
-        #: samples in the batches drawn so far (for throughput monitors)
-        self.samples = 0
-
-    def __len__(self) -> int:
-        return self._size
-
-    def _draw(self) -> Any:
-        if self._has_pending:
-            self._has_pending = False
-            batch, self._pending = self._pending, None
-        else:
-            batch = self._stream.next_batch()
-        self._drawn += 1
-        self._last = batch
-        self.samples += _leading_dim(batch)
-        return batch
-
-    def __getitem__(self, index: int) -> Any:
-        if index != -1:
-            raise IndexError(f"Sink: only sink[-1] (the latest batch) is kept, got {index}.")
-        if self._drawn == 0 and not self._has_pending:
-            self._pending, self._has_pending = self._stream.next_batch(), True
-        return self._pending if self._drawn == 0 else self._last
-
-    def __iter__(self) -> Iterator:
-        while self._drawn < self._size:
-            yield self._draw()
-
-    def batches(self, device: torch.device | str | None = None) -> Iterator:
-        """The sink's batches, each moved to ``device``; on CUDA the next one is copied ahead.
-
-        Args:
-            device: the device of the step (None or CPU: the batches as drawn).
-        """
-        dev = torch.device(device) if device is not None else None
-        if dev is None or dev.type == "cpu":
-            yield from self
-            return
-        from lightning.fabric.utilities.apply_func import move_data_to_device
-
-        it = iter(self)
-        nxt = next(it, None)
-        nxt = move_data_to_device(nxt, dev)  # non-blocking from pinned memory
-        for _ in range(self._size):
-            cur = nxt
-            if self._drawn < self._size:
-                nxt = move_data_to_device(next(it), dev)
-            yield cur
-
-
-class SinkStream:
-    """An iterable of sinks: each ``iter()`` yields ONE :class:`Sink` of ``sink_size`` batches.
-
-    The underlying dataset is iterated as one endless stream (re-iterated when a pass ends),
-    and the position carries over between epochs. ``len()`` is 1, so Lightning runs exactly
-    one step (the whole sink) per epoch. The batches are drawn lazily, one per step.
-
-    Under data parallelism each rank streams its own disjoint part (:func:`rank_source`): a
-    DataLoader is rebuilt with the ``DistributedSampler`` split Lightning would give it
-    (reshuffled per pass when it shuffles) unless its sampler already picks this rank's
-    part; any other iterable gives rank r every ``world_size``-th batch. Every rank runs
-    ``sink_size`` steps per epoch, so none waits for another at the end. ``per_pass``
-    (``sink_size=-1``): a sink is one pass of this rank's part, as a non-sink epoch (the
-    part padded as :class:`RankShard` pads), and ``sink_size`` becomes its length when the
-    stream is placed (:meth:`resolve`).
-
-    Args:
-        dataset: the dataset (re-iterable; may be unbounded).
-        sink_size: batches per sink (> 0).
-        rank, world_size: a fixed data-parallel placement (when ``placement`` is None).
-        pin_memory: pin batches for asynchronous host-to-device copies (CUDA).
-        placement: a callable returning ``(rank, world_size)`` when the stream starts (see
-            :func:`placement_of`); it takes precedence over ``rank``/``world_size``.
-        per_pass: ``sink_size`` is the dataset's length (``-1`` asked): under data
-            parallelism it becomes the length of this rank's part.
-
-    Example:
-        >>> s = SinkStream([(i, i) for i in range(5)], sink_size=2)
-        >>> [[b[0] for b in sink] for _ in range(3) for sink in s]
-        [[0, 1], [2, 3], [4, 0]]
-    """
-
-    def __init__(
-        self,
-        dataset: Iterable,
-        sink_size: int,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-        pin_memory: bool = False,
-        placement: Any = None,
-        per_pass: bool = False,
-    ) -> None:
-        if sink_size <= 0:
-            raise ValueError(f"SinkStream: 'sink_size' must be > 0, but got {sink_size}.")
-        self.dataset = dataset
-        self.sink_size = sink_size
-        self.rank = rank
-        self.world_size = world_size
-        self.pin_memory = pin_memory
-        self.placement = placement if placement is not None else (lambda: (rank, world_size))
-        self.per_pass = per_pass
-        self._source: Any = None
-        self._it: Iterator | None = None
-        self._passes = 0
-        self.batches_consumed = 0  # stream position, in batches of this rank
-
-    def __len__(self) -> int:
-        return 1
-
-    def _resolve(self) -> None:
-        rank, world = self.placement()
-        if self.per_pass and world > 1:  # one sink = one (padded) pass of this rank's part
-            self._source = RankShard(self.dataset, lambda: (rank, world), train=True)
-            self.rank, self.world_size = 0, 1
-            self.sink_size = len(self._source)
-            return
-        self._source, self.rank, self.world_size = rank_source(self.dataset, rank, world,
-                                                               train=True)
-
-    def resolve(self) -> int:
-        """Place the stream on this rank (once, when the Trainer is set up); its ``sink_size``."""
-        if self._source is None:
-            self._resolve()
-        return self.sink_size
-
-    def _next_raw(self) -> Any:
-        if self._source is None:
-            self._resolve()
-        for attempt in range(2):
-            if self._it is None:
-                sampler = getattr(self._source, "sampler", None)
-                if hasattr(sampler, "set_epoch"):
-                    sampler.set_epoch(self._passes)
-                self._passes += 1
-                self._it = iter(self._source)
-            try:
-                return next(self._it)
-            except StopIteration:
-                self._it = None
-                if attempt == 1:
-                    break
-        raise ValueError("The training dataset yielded no batch: it must not be empty.")
-
-    def next_batch(self) -> Any:
-        """The next batch of this rank's stream (pinned when ``pin_memory``)."""
-        if self._source is None:
-            self._resolve()
-        if self.world_size > 1:
-            # skip the other ranks' batches: this rank takes every world_size-th batch
-            for _ in range(self.rank):
-                self._next_raw()
-            batch = self._next_raw()
-            for _ in range(self.world_size - self.rank - 1):
-                self._next_raw()
-        else:
-            batch = self._next_raw()
-        self.batches_consumed += 1
-        return pin_batch(batch) if self.pin_memory else batch
-
-    def next_sink(self) -> list:
-        """The next ``sink_size`` batches of the stream, as a list (drawn now)."""
-        return [self.next_batch() for _ in range(self.sink_size)]
-
-    def __iter__(self) -> Iterator[Sink]:
-        yield Sink(self, self.resolve())
-
-
-class SinkSizeOfRank(Callback):
-    """At train start, sets ``Model``'s steps per sink to this rank's (``sink_size=-1``).
-
-    Under data parallelism a sink is then one pass of this rank's part, whose length is known
-    only once the Trainer has placed the ranks: it becomes ``cb_params.batch_num`` and the
-    MindSpore bridge's ``sink_size`` (steps counted per sink). Put it before both.
-    """
-
-    def __init__(self, stream: SinkStream, cb_params: Any, bridge: Any) -> None:
-        self.stream, self.cb_params, self.bridge = stream, cb_params, bridge
-
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.cb_params.batch_num = self.bridge.sink_size = self.stream.resolve()
-
-
-def rank_data(dataset: Any, module: Any, *, train: bool, sink_size: int = 0,
-              pin_memory: bool = False, per_pass: bool = False) -> Any:
+def rank_data(dataset: Any, module: Any, *, train: bool) -> Any:
     """``dataset`` as ``module``'s rank should see it under data parallelism (decided late).
 
-    Sink mode (``sink_size > 0``): a :class:`SinkStream` of this rank's batches (``per_pass``:
-    see there). Training: a DataLoader over a map-style dataset goes to Lightning unchanged
+    Training: a DataLoader over a map-style dataset goes to Lightning unchanged
     (it gets Lightning's ``DistributedSampler``, or keeps the user's), any other dataset
     becomes a padded :class:`RankShard` (so a rank-aware sampler that is not a
     ``DistributedSampler`` is not split again by Lightning). Evaluation: an unpadded
@@ -829,9 +500,6 @@ def rank_data(dataset: Any, module: Any, *, train: bool, sink_size: int = 0,
         dataset: the user's dataset, or None.
         module: the LightningModule whose Trainer decides the placement.
         train: training (True) or evaluation data.
-        sink_size: steps per sink in sink mode, 0 otherwise.
-        pin_memory: pin sink batches (CUDA).
-        per_pass: sink mode's ``sink_size`` stands for ``-1`` (one pass of this rank's part).
 
     Example:
         >>> list(rank_data([1, 2], None, train=False))
@@ -839,9 +507,6 @@ def rank_data(dataset: Any, module: Any, *, train: bool, sink_size: int = 0,
     """
     if dataset is None:
         return None
-    if sink_size:
-        return SinkStream(dataset, sink_size, pin_memory=pin_memory, per_pass=per_pass,
-                          placement=lambda: placement_of(module))
     if train and isinstance(dataset, torch.utils.data.DataLoader) and not isinstance(
             dataset.dataset, torch.utils.data.IterableDataset):
         own = _rank_aware(dataset)
