@@ -88,7 +88,7 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         "online_train's collectives (no-ops in one process, its doctest): the 2-process "
         "stream tests",
     ),
-    "rec/touched.py": (
+    "rec/state/touched.py": (
         ("tests/rec/test_publish.py::test_delta_bytes_follow_the_touched_rows_not_the_table",
          "tests/rec/test_publish.py::test_a_dense_optimizer_publishes_the_table_whole"),
         "TouchedRows names the rows a delta publish writes",

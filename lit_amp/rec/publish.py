@@ -12,7 +12,7 @@ Two kinds of files, on two cadences:
   - *delta* (:class:`DeltaPublisher`): numbered versions of one chain per publisher.
     ``full-{version:012d}.pt`` holds the whole ``state_dict``; ``delta-{version:012d}.pt``
     only the rows (and the dense tensors) changed since version ``version - 1``
-    (:class:`~lit_amp.rec.touched.TouchedRows`), so its size follows the rows a stream
+    (:class:`~lit_amp.rec.state.touched.TouchedRows`), so its size follows the rows a stream
     touched, not the table size. A version may have both. Every file carries its version,
     the version it applies to, its chain id and a CRC32 of its content (a full snapshot
     written in the background: in ``<file>.crc``); the reader replays the deltas after the
@@ -48,7 +48,7 @@ from lit_amp._validation import check_bool, check_int, check_number
 from lit_amp.rec.full_writer import BackgroundFullWriter, streamable
 from lit_amp.rec.online.guard import all_finite
 from lit_amp.rec.online.snapshot import SnapshotBroken
-from lit_amp.rec.touched import MarkedRows, TouchedRows
+from lit_amp.rec.state.touched import MarkedRows, TouchedRows
 from lit_amp.serialization import load_checkpoint
 
 __all__ = [
@@ -203,7 +203,7 @@ class DeltaPublisher:
     and as each is named it is listed in :attr:`landed` and passed to ``on_named``; a
     version whose write failed is never named.
 
-    Rows are tracked from the gradients (:class:`~lit_amp.rec.touched.TouchedRows`): every
+    Rows are tracked from the gradients (:class:`~lit_amp.rec.state.touched.TouchedRows`): every
     optimizer that steps ``network`` must be passed to :meth:`attach`.
 
     Args:
@@ -290,7 +290,7 @@ class DeltaPublisher:
         self.landed: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=64)
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
-        """Track the rows ``optimizer`` changes (see :class:`~lit_amp.rec.touched.TouchedRows`)."""
+        """Track the rows ``optimizer`` changes (see :class:`TouchedRows`)."""
         self.touched.attach(optimizer)
         self._optimizers.append(optimizer)
         self._handles.append(optimizer.register_step_pre_hook(self._before_step))

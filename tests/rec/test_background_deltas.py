@@ -243,7 +243,7 @@ def test_online_train_names_a_delta_to_the_hook_once_it_is_on_disk(tmp_path):
 def test_the_loop_counts_a_deltas_rows_and_the_writer_thread_lists_them(tmp_path, monkeypatch):
     """Listing the changed rows of a big table (~11 ms at 26 M rows) is the writer's work: the
     loop's publish only counts them; marks made after the publish go into the next delta."""
-    from lit_amp.rec.touched import MarkedRows
+    from lit_amp.rec.state.touched import MarkedRows
 
     listed = []
     real = MarkedRows.rows

@@ -206,7 +206,7 @@ def test_a_dense_optimizer_publishes_the_table_whole(tmp_path, caplog):
     opt = torch.optim.SGD(emb.parameters(), lr=0.1, momentum=0.9)  # moves rows not in the grad
     pub = _publisher(emb, opt, tmp_path, max_delta_fraction=1.0)
     pub.publish(step=1)
-    with caplog.at_level(logging.WARNING, logger="lit_amp.rec.touched"):
+    with caplog.at_level(logging.WARNING, logger="lit_amp.rec.state.touched"):
         touch_rows(emb, opt, [0])
         touch_rows(emb, opt, [1])  # momentum moves row 0 again
     pub.publish(step=2)
@@ -315,7 +315,7 @@ def test_a_due_full_snapshot_written_in_the_loop_builds_no_delta(tmp_path, monke
 
 
 def test_touched_rows_taken_lazily_are_the_rows_taken_eagerly_and_stay_as_taken():
-    from lit_amp.rec.touched import MarkedRows, TouchedRows
+    from lit_amp.rec.state.touched import MarkedRows, TouchedRows
 
     emb = torch.nn.Embedding(1000, 4, sparse=True)
     opt = torch.optim.SparseAdam(emb.parameters())
@@ -348,7 +348,7 @@ def test_lazily_taken_bitmaps_are_cleared_and_marked_again_without_losing_or_kee
     take before."""
     import random
 
-    from lit_amp.rec.touched import TouchedRows
+    from lit_amp.rec.state.touched import TouchedRows
 
     emb = torch.nn.Embedding(500, 2, sparse=True)
     opt = torch.optim.SparseAdam(emb.parameters())

@@ -7,7 +7,7 @@ A checkpoint of a model with big embedding tables cannot be copied whole at ever
 - every container is copied and every tensor that is small, or that could change in ways
   the snapshot cannot follow, is cloned;
 - a big row-structured parameter that only a *row-sparse* optimizer step changes (a sparse
-  gradient under :class:`~lit_amp.rec.wide_deep.LazyAdam`, ``SparseAdam``, ``Adagrad`` or
+  gradient under :class:`~lit_amp.rec.optim.LazyAdam`, ``SparseAdam``, ``Adagrad`` or
   plain ``SGD``), together with its optimizer state of the same shape, is not copied: it is
   protected by copy-on-write. Before each optimizer step, the rows its gradient is about to
   change are copied aside, if the writer has not written them yet.
@@ -27,8 +27,8 @@ rows, copied on write as above), named in ``"lit_amp_rows"`` (see
 :mod:`lit_amp.serialization`).
 
 A module that writes rows of its own tensors outside optimizer steps (an
-:class:`~lit_amp.rec.id_embedding.IdEmbedding`: a new id's row, an eviction, usage counts, the
-moments of a reused row) is copied on write too when it announces those writes
+:class:`~lit_amp.rec.modules.id_embedding.IdEmbedding`: a new id's row, an eviction, usage
+counts, the moments of a reused row) is copied on write too when it announces those writes
 (``register_row_write_hook``): its parameters, their optimizer state and its row-indexed
 buffers are protected, and the announced rows are copied aside before they are written.
 
@@ -57,7 +57,7 @@ from lit_amp._io import atomic_write
 from lit_amp._pages import zeroed
 from lit_amp._sparse import coalesced
 from lit_amp.rec.online.guard import all_finite
-from lit_amp.rec.touched import _row_local, step_rows
+from lit_amp.rec.state.touched import _row_local, step_rows
 from lit_amp.serialization import CHAIN_KEY, ROWS_KEY
 
 __all__ = ["Snapshot", "SnapshotBroken", "SnapshotStats", "Snapshots"]
@@ -583,7 +583,7 @@ class Snapshots:
         network: the trained module, or None. Its modules that write rows themselves and
             announce it (``register_row_write_hook``) are copied on write, their row-indexed
             buffers included; the parameters of those that change rows without announcing it
-            (``take_changed_rows`` only, see :mod:`lit_amp.rec.touched`) are cloned.
+            (``take_changed_rows`` only, see :mod:`lit_amp.rec.state.touched`) are cloned.
         min_protected_bytes: parameters smaller than this are cloned (None:
             :data:`MIN_PROTECTED_BYTES`).
 

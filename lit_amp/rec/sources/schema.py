@@ -5,7 +5,7 @@ lines), or the same columns as arrays in an ``.npz``/``.pt`` shard: ``id`` (n,),
 (n,), ``dense`` (n, 13), ``cat`` (n, 26). Dense values may be ``null`` (missing, read as 0);
 categorical ids are non-negative ints or strings (hashed with CRC-32, as Criteo's hex ids).
 
-A batch, as the sources yield it and :class:`~lit_amp.rec.wide_deep.WideDeep` takes it::
+A batch, as the sources yield it and :class:`~lit_amp.rec.modules.wide_deep.WideDeep` takes it::
 
     ({"dense": float32 (B, 13), "cat": int64 (B, 26), "record_id": int64 (B,)}, float32 (B,))
 

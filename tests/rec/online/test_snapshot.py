@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from lit_amp.rec import LazyAdam
-from lit_amp.rec.id_embedding import IdEmbedding
+from lit_amp.rec.modules.id_embedding import IdEmbedding
 from lit_amp.rec.online import snapshot as snapshot_mod
 from lit_amp.rec.online.snapshot import SnapshotBroken, Snapshots
 from lit_amp.serialization import load_checkpoint

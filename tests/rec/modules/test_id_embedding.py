@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lit_amp.rec import CheckpointOptions, LazyAdam, RecModel, StopOptions, WideDeep
-from lit_amp.rec.id_embedding import IdEmbedding
+from lit_amp.rec.modules.id_embedding import IdEmbedding
 from lit_amp.rec.publish import DeltaPublisher, load_published
 from lit_amp.rec.sources import SyntheticClickSource
 from lit_amp.serialization import load_checkpoint, save_checkpoint
@@ -99,7 +99,7 @@ def test_any_int64_stream_keeps_ids_apart_within_the_budget(batches):
 def test_a_burst_of_new_ids_is_logged_and_the_budget_holds(caplog):
     emb = IdEmbedding(500, 4, sparse=True)
     slots = emb._slots.numel()
-    with caplog.at_level(logging.INFO, logger="lit_amp.rec.id_embedding"):
+    with caplog.at_level(logging.INFO, logger="lit_amp.rec.modules.id_embedding"):
         out = emb(_distinct_ids(2000))  # more new ids than rows, in one batch
         for seed in range(1, 30):  # then a stream of new ids, far more than the budget
             emb(_distinct_ids(300, seed=seed))

@@ -4,7 +4,7 @@
 the gradients after DDP's all-reduce and after the non-finite guard dropped a bad step's):
 
 - a parameter whose gradient is sparse, stepped by an optimizer that moves only the rows of
-  a sparse gradient (:class:`~lit_amp.rec.wide_deep.LazyAdam`, ``SparseAdam``, ``Adagrad``,
+  a sparse gradient (:class:`~lit_amp.rec.optim.LazyAdam`, ``SparseAdam``, ``Adagrad``,
   ``SGD`` without momentum), has those rows marked in a per-parameter bitmap (one byte per
   row; marking costs O(rows in the gradient));
 - any other parameter with a gradient is marked whole (a dense gradient, or an optimizer whose
@@ -14,7 +14,7 @@ the gradients after DDP's all-reduce and after the non-finite guard dropped a ba
   except the state of modules that say otherwise: a module with ``row_state`` (names of its
   row-indexed tensors), ``train_state`` (names never published in a delta: training
   statistics) and ``take_changed_rows()`` (rows it changed itself, e.g. a new id's row of
-  :class:`~lit_amp.rec.id_embedding.IdEmbedding`).
+  :class:`~lit_amp.rec.modules.id_embedding.IdEmbedding`).
 
 Example:
     >>> emb = torch.nn.Embedding(1000, 4, sparse=True)
@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from lit_amp._pages import zeroed
-from lit_amp.rec.wide_deep import LazyAdam
+from lit_amp.rec.optim import LazyAdam
 
 __all__ = ["MarkedRows", "TouchedRows"]
 

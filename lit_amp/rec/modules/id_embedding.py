@@ -102,7 +102,7 @@ class IdEmbedding(nn.Module):
         embedding_dim: the width of a row.
         num_features: key spaces: with more than 1, the last dimension of the input indexes
             the feature, and equal ids of different features get different rows.
-        sparse: sparse gradients (use :class:`~lit_amp.rec.wide_deep.LazyAdam`, SparseAdam,
+        sparse: sparse gradients (use :class:`~lit_amp.rec.optim.LazyAdam`, SparseAdam,
             Adagrad or SGD).
         policy: which rows a full table evicts: ``"lfu"`` (fewest lookups, then the least
             recent) or ``"lru"`` (least recent).

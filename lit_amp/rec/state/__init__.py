@@ -1,0 +1,1 @@
+"""Training state on disk while training goes on: row tracking (``touched``)."""
