@@ -4,7 +4,7 @@ Layers, lowest first (README, "Layout"):
 
 0. torch-only: ``amp``, ``metrics``, ``thor`` (THOR's optimizer), ``serialization`` (the
    checkpoint format) and the shared ``_validation``, ``_io``, ``_lazy``, ``_runtime``,
-   ``_sparse`` import no Lightning;
+   ``_signals``, ``_sparse`` import no Lightning;
 1. Lightning adapters: ``callbacks``, ``plugins``, ``boost`` import no facade and no CLI;
 2. facades: ``model``, ``rec`` and ``thor.convert`` (``ThorModel`` builds a ``Model``; a module
    whose layer is not its package's is listed in ``MODULE_LAYER``): ``model`` imports nothing
@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1] / "lit_amp"
 LAYER = {
     "amp": 0, "metrics": 0, "thor": 0, "serialization": 0,
     "_validation": 0, "_io": 0, "_lazy": 0, "_runtime": 0, "_sparse": 0, "_pages": 0,
+    "_signals": 0,
     "callbacks": 1, "plugins": 1, "boost": 1,
     "model": 2, "rec": 2,
     "cli": 3, "demos": 3, "__main__": 3,
@@ -37,7 +38,7 @@ LAYER = {
 }
 #: modules whose layer is not their package's (relative to ``lit_amp``)
 MODULE_LAYER = {"thor.convert": 2}
-SHARED = {"_validation", "_io", "_lazy", "_runtime", "_sparse", "_pages"}
+SHARED = {"_validation", "_io", "_lazy", "_runtime", "_sparse", "_pages", "_signals"}
 
 
 def _module_name(path: Path) -> str:

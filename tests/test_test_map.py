@@ -31,11 +31,6 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         "the lazy exports: every package's table resolves there, an unknown name is an "
         "AttributeError",
     ),
-    "_runtime.py": (
-        ("tests/callbacks/test_utils.py", "tests/amp/loss_scale/test_ddp.py"),
-        "the process's facts every layer asks (its doctest runs alone); under a process group "
-        "in the 2-process tests",
-    ),
     "_validation.py": (
         ("tests/faults/test_fuzz_arguments.py",),
         "the argument checks' one message format: every public constructor and method gets bad "

@@ -5,7 +5,7 @@ holds what it saves and what the resumed run trains on:
 
 * :func:`rng_state` / :func:`set_rng_state`: the global random state (torch, CUDA, numpy,
   ``random``) and the train ``DataLoader``'s generators, as plain values and tensors (loadable
-  with ``torch.load(weights_only=True)``); :func:`gather`: every rank's, indexed by rank.
+  with ``torch.load(weights_only=True)``).
 * :class:`Resume`: what the resumed run's first epoch takes from the backup, each piece once
   (the batches already trained, the random state that epoch started from and the one at the
   stop).
@@ -38,7 +38,6 @@ __all__ = [
     "ResumeLoader",
     "ResumeSampler",
     "SkipFirstBatches",
-    "gather",
     "loader_generators",
     "plain_loader",
     "rebuild_loader",
@@ -60,16 +59,6 @@ def loader_generators(dataset: Any) -> list[torch.Generator]:
         if isinstance(g, torch.Generator) and all(g is not f for f in found):
             found.append(g)
     return found
-
-
-def gather(obj: Any) -> list[Any]:
-    """``obj`` of every rank, indexed by rank (``[obj]`` in one process)."""
-    size = world_size()
-    if size == 1:
-        return [obj]
-    out: list[Any] = [None] * size
-    torch.distributed.all_gather_object(out, obj)
-    return out
 
 
 def rng_state(generators: list[torch.Generator]) -> dict:

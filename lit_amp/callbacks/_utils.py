@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lit_amp._runtime import dist_ready
+from lit_amp._runtime import reduce_mean
 
 __all__: list[str] = []
 
@@ -74,46 +74,6 @@ def is_finite(value: float) -> bool:
 def is_rank_zero(cb_params: dict) -> bool:
     """Whether this process is global rank 0 (``cb_params['rank']``, default 0)."""
     return cb_params.get("rank", 0) == 0
-
-
-def reduce_device() -> torch.device:
-    """Where a collective of the default process group runs: the current CUDA device under
-    NCCL, else the CPU."""
-    import torch.distributed as dist
-
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def any_rank(flag: bool) -> bool:
-    """Whether ``flag`` is set on any process of an initialized torch.distributed group (one
-    all-reduce); ``flag`` itself without one."""
-    import torch.distributed as dist
-
-    if not dist_ready() or dist.get_world_size() <= 1:
-        return bool(flag)
-    t = torch.tensor([int(flag)], dtype=torch.int32, device=reduce_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
-
-
-def reduce_mean(value: float) -> float:
-    """All-reduce ``value`` to its mean over the processes of an initialized torch.distributed.
-
-    Returns ``value`` unchanged when torch.distributed is unavailable, uninitialized or has one
-    process. Under NCCL the reduction runs on the current CUDA device.
-    """
-    import torch.distributed as dist
-
-    if not dist_ready():
-        return value
-    world = dist.get_world_size()
-    if world <= 1:
-        return value
-    t = torch.tensor([float(value)], dtype=torch.float64, device=reduce_device())
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return float(t.item()) / world
 
 
 def monitor_value(owner: str, monitor: str, cb_params: dict) -> float | None:

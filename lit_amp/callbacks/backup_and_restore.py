@@ -47,12 +47,11 @@ from typing import Any
 import torch
 
 from lit_amp._io import remove_stale_temps
-from lit_amp._runtime import world_size
+from lit_amp._runtime import gather, world_size
 from lit_amp._validation import check_bool, check_int
 from lit_amp.callbacks._resume import (
     Resume,
     SkipFirstBatches,
-    gather,
     loader_generators,
     plain_loader,
     rebuild_loader,

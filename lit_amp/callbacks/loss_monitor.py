@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from lit_amp._runtime import dist_ready
+from lit_amp._runtime import rank, reduce_sum, world_size
 from lit_amp._validation import check_int
-from lit_amp.callbacks._utils import handle_loss, is_finite, is_rank_zero, reduce_device
+from lit_amp.callbacks._utils import handle_loss, is_finite, is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
 
 __all__ = ["LossMonitor"]
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist_ready() and dist.get_world_size() > 1
 
 
 def _invalid_loss_ranks(invalid: bool) -> list[int]:
@@ -23,15 +17,9 @@ def _invalid_loss_ranks(invalid: bool) -> list[int]:
 
     Without an initialised multi-process ``torch.distributed`` group: ``[0]`` or ``[]``.
     """
-    if not _distributed():
-        return [0] if invalid else []
-    import torch
-    import torch.distributed as dist
-
-    flags = torch.zeros(dist.get_world_size(), dtype=torch.int32, device=reduce_device())
-    flags[dist.get_rank()] = int(invalid)
-    dist.all_reduce(flags, op=dist.ReduceOp.SUM)
-    return [r for r, f in enumerate(flags.tolist()) if f]
+    flags = [0] * world_size()
+    flags[rank()] = int(invalid)
+    return [r for r, f in enumerate(reduce_sum(flags)) if f]
 
 
 class LossMonitor(Callback):
@@ -100,7 +88,7 @@ class LossMonitor(Callback):
         bad_ranks = _invalid_loss_ranks(invalid)
         if bad_ranks:
             where = (f" The loss is NAN or INF on rank(s) {bad_ranks} (this rank's: {loss}); all "
-                     "ranks stop." if _distributed() else "")
+                     "ranks stop." if world_size() > 1 else "")
             raise ValueError(  # MindSpore 2.10's message, then the ranks under DDP
                 f"In epoch: {cur_epoch} step: {step_in_epoch}, loss is NAN or INF, training "
                 f"process cannot continue, terminating training.{where}"

@@ -1,10 +1,11 @@
 """Stop training at a step boundary when a signal arrives: ``StopOnSignal`` and MindSpore's
 ``OnRequestExit`` (which also saves a checkpoint on the way out).
 
-A signal handler only records the signal; the training loop acts on it at the next step end,
-so what the run writes as it stops (a ``BackupAndRestore`` backup of the position, a
-checkpoint) is written by the loop and never inside the handler: a signal that arrives while a
-file is being written cannot leave it truncated.
+A signal handler only records the signal (:class:`lit_amp._signals.SignalRecorder`); the
+training loop acts on it at the next step end, so what the run writes as it stops (a
+``BackupAndRestore`` backup of the position, a checkpoint) is written by the loop and never
+inside the handler: a signal that arrives while a file is being written cannot leave it
+truncated.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 from collections.abc import Sequence
-from types import FrameType
 from typing import Any
 
+from lit_amp._runtime import any_rank
+from lit_amp._signals import SignalRecorder
 from lit_amp._validation import check_bool, check_str
-from lit_amp.callbacks._utils import any_rank, is_rank_zero
+from lit_amp.callbacks._utils import is_rank_zero
 from lit_amp.callbacks.base import Callback, RunContext
 from lit_amp.serialization import load_checkpoint, save_checkpoint
 
@@ -101,32 +102,32 @@ class StopOnSignal(Callback):
         if not signals:
             raise ValueError(f"For '{owner}', the argument 'signals' must not be empty.")
         self.signals = tuple(_check_signal(owner, "signals", s) for s in signals)
-        self.received: int | None = None
+        self._recorder = SignalRecorder(self.signals, self._log_signal)
         self.stopped_early = False
-        self._previous: dict[int, Any] = {}
         self._requested = False
         self._epoch_base = 0
         self._first_epoch = True
 
-    def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
+    @property
+    def received(self) -> int | None:
+        """The number of the signal that arrived (None: none)."""
+        return self._recorder.received
+
+    @received.setter
+    def received(self, value: int | None) -> None:
+        self._recorder.received = value
+
+    def _log_signal(self, signum: int) -> None:
         log.debug("%s received signal %s.", type(self).__name__, signum)
-        self.received = signum
 
     def _install(self) -> None:
-        if self._previous:
-            return
-        if threading.current_thread() is not threading.main_thread():
+        if not self._recorder.install():
             log.warning("%s: signal handlers can only be installed from the main thread; "
                         "signal(s) %s will not stop this run.", type(self).__name__,
                         list(self.signals))
-            return
-        for sig in self.signals:
-            self._previous[sig] = signal.signal(sig, self._handle_signal)
 
     def _uninstall(self) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
-        self._previous = {}
+        self._recorder.restore()
 
     def _agree(self, run_context: RunContext) -> None:
         """Under DDP, stop everywhere if the signal reached any process; then request it."""

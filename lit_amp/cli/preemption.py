@@ -31,8 +31,9 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
+
+from lit_amp._signals import SignalRecorder
 
 __all__ = ["Preempted", "callbacks", "check_stopped", "run_task", "sigterm_cause",
            "trainer_kwargs"]
@@ -55,12 +56,15 @@ class _Job:
 
     def __init__(self, requeue_signal: int) -> None:
         self.requeue_signal = requeue_signal
-        self.saved: dict[int, Any] = {}
-        self.received: int | None = None
+        self.signals = SignalRecorder((requeue_signal, signal.SIGTERM), self._forward)
         self.stop: Any = None  # the run's StopOnSignal
 
-    def record(self, signum: int, frame: FrameType | None) -> None:
-        self.received = signum
+    @property
+    def received(self) -> int | None:
+        """The signal that arrived (None: none)."""
+        return self.signals.received
+
+    def _forward(self, signum: int) -> None:
         if self.stop is not None and self.stop.received is None:
             self.stop.received = signum
 
@@ -151,7 +155,7 @@ def _hand_over(job: _Job, signum: int) -> None:
     print(f"lit-amp: SLURM job {job_id()} (start {restart_count() + 1}): {name} ({cause}) "
           f"stopped training after the step in progress; the backup holds the position and "
           f"{then}.", file=sys.stderr, flush=True)
-    code, handler = 128 + signum, job.saved.get(job.requeue_signal)
+    code, handler = 128 + signum, job.signals.previous(job.requeue_signal)
     if requeue and callable(handler):
         try:
             handler(signum, None)  # global rank 0: dump the submission, requeue, exit
@@ -191,8 +195,7 @@ def run_task(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     from lit_amp.cli import sweep_state
 
     job = _Job(getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG))
-    for sig in (job.requeue_signal, signal.SIGTERM):
-        job.saved[sig] = signal.signal(sig, job.record)
+    job.signals.install()  # a SLURM task runs its launcher call in the main thread
     _job = job
     sweep_state.resume_active = restart_count() > 0  # a finished job is not trained again
     try:
@@ -202,5 +205,4 @@ def run_task(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     finally:
         _job = None
         sweep_state.resume_active = False
-        for sig, handler in job.saved.items():
-            signal.signal(sig, handler)
+        job.signals.restore()

@@ -41,6 +41,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from lit_amp._signals import SignalRecorder
 from lit_amp.cli.schema import ConfigError
 
 __all__ = [
@@ -421,7 +422,7 @@ def record_interrupted(config: Any, exc: SweepInterrupted) -> None:
 # ---------------------------------------------------------------- signals
 
 
-def _raise(signum: int, frame: Any) -> None:
+def _raise(signum: int) -> None:
     # the next signal ends the process at once (a user pressing Ctrl-C twice)
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, signal.SIG_DFL)
@@ -432,22 +433,13 @@ def _raise(signum: int, frame: Any) -> None:
 def interruptible(enabled: bool) -> Iterator[None]:
     """Within the block SIGTERM and SIGINT raise :class:`SweepInterrupted` (main thread only;
     a handler someone else installed is kept)."""
-    import threading
-
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {}
-    for s in (signal.SIGTERM, signal.SIGINT):
-        current = signal.getsignal(s)
-        if current in (signal.SIG_DFL, signal.default_int_handler):
-            saved[s] = current
-            signal.signal(s, _raise)
+    signals = SignalRecorder((signal.SIGTERM, signal.SIGINT), _raise)
+    if enabled:
+        signals.install(over_defaults_only=True)
     try:
         yield
     finally:
-        for s, handler in saved.items():
-            signal.signal(s, handler)
+        signals.restore()
 
 
 def interrupted_exit(exc: SweepInterrupted) -> SystemExit:

@@ -5,7 +5,8 @@ StopOptions`: :meth:`~StopConditions.local_reason` holds the conditions any mome
 (a caught signal, ``max_time``, ``stop_event``, ``stop_file``: the stream's idle hook asks it
 while waiting for data), :meth:`~StopConditions.step_reason` adds those checked after a
 step (``run_context.request_stop()``, ``max_steps``). The first reason found wins; the loop
-agrees on it across DDP ranks.
+agrees on it across DDP ranks. A signal is caught by a :class:`~lit_amp._signals.SignalRecorder`
+(main thread only; the previous handlers are put back by :meth:`~StopConditions.finish`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 import time
-from typing import Any
 
+from lit_amp._signals import SignalRecorder
 from lit_amp.rec.online.options import StopOptions
 
 __all__ = ["StopConditions"]
@@ -41,8 +41,7 @@ class StopConditions:
     def __init__(self, opts: StopOptions) -> None:
         self.opts = opts
         self.deadline: float | None = None
-        self.signal: int | None = None
-        self._prev_handlers: dict[int, Any] = {}
+        self._signals = SignalRecorder(opts.stop_signals or (), self._log_signal)
 
     def start(self, t0: float | None = None) -> None:
         """Start the clock of ``max_time`` (at ``t0``, a ``time.monotonic()``); install handlers."""
@@ -53,9 +52,12 @@ class StopConditions:
 
     def finish(self) -> None:
         """Put the previous signal handlers back (safe to call more than once)."""
-        for sig, prev in self._prev_handlers.items():
-            signal.signal(sig, signal.SIG_DFL if prev is None else prev)
-        self._prev_handlers = {}
+        self._signals.restore()
+
+    @property
+    def signal(self) -> int | None:
+        """The number of the caught signal (None: none)."""
+        return self._signals.received
 
     def max_steps_reached(self, step: int) -> bool:
         """Whether ``step`` (``cur_step_num``) reached ``max_steps``."""
@@ -87,19 +89,13 @@ class StopConditions:
         return self.local_reason()
 
     # ---------------------------------------------------------------- signals
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _log_signal(self, signum: int) -> None:
         log.info("online_train: received signal %s; stopping after the current step.", signum)
-        self.signal = signum
 
     def _install_signals(self) -> None:
-        if not self.opts.stop_signals:
-            return
-        if threading.current_thread() is not threading.main_thread():
+        if self._signals.signals and not self._signals.install():
             log.warning(
                 "online_train runs outside the main thread: signal handlers for %s cannot be "
                 "installed; use stop_event or stop_file to stop it.",
-                list(self.opts.stop_signals),
+                list(self._signals.signals),
             )
-            return
-        for sig in self.opts.stop_signals:
-            self._prev_handlers[sig] = signal.signal(sig, self._on_signal)
