@@ -70,7 +70,7 @@ bench: $(STAMP)
 	$(VPY) bench/overhead.py
 	$(VPY) bench/loss_scale.py
 	$(VPY) bench/amp_levels.py
-	$(VPY) bench/online.py
+	$(VPY) -m bench.online
 	$(VPY) bench/collectives.py
 	$(VPY) bench/boost.py
 	$(VPY) bench/thor.py

@@ -37,8 +37,9 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
+from bench._common import RESULTS, Target, cpu_model, fmt, targets_table  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 NO_CUDA = "needs a CUDA device; use --dry-run on CPU"
 
 #: a runner times about ``n`` steps after its own warm-up; returns (seconds, steps timed)
@@ -132,13 +133,7 @@ def _version(mod: str) -> str | None:
 
 def machine_info(device: torch.device) -> dict:
     """Everything that decides the numbers: device, driver, versions, CPU, math flags."""
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+    cpu = cpu_model()
     info: dict[str, Any] = {
         "device": str(device),
         "device_name": f"CPU ({cpu})",
@@ -212,6 +207,40 @@ def hand_runner(step: Callable[[int], None], device: torch.device, warm: int = 3
             step(i)
         sync(device)
         return time.perf_counter() - t0, n
+
+    return run
+
+
+def autocast_step(net: nn.Module, opt: torch.optim.Optimizer, batches: list, loss_fn: Callable,
+                  device_type: str, dtype: torch.dtype,
+                  scaler: torch.amp.GradScaler | None = None) -> Callable[[int], None]:
+    """``step(i)``: a hand-written step on batch ``i`` with the forward and the loss under
+    ``torch.autocast(dtype)``, the loss scaled by ``scaler`` when there is one."""
+
+    def step(i: int) -> None:
+        x, y = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type, dtype=dtype):
+            loss = loss_fn(net(x), y)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+
+    return step
+
+
+def model_runner(model: Any, batches: list, device: torch.device, warm: int = 3) -> Runner:
+    """A runner of ``lit_amp.Model.train``: one epoch over ``warm + n`` batches, timed by
+    :class:`StepTimer` from batch ``warm`` to the last."""
+
+    def run(n: int) -> tuple[float, int]:
+        timer = StepTimer(warm, device, last=warm + n)
+        model.train(1, loader(cycled(batches, warm + n)), callbacks=[timer])
+        return timer.result()
 
     return run
 
@@ -379,11 +408,8 @@ def paired_ratio(res: dict, a: str, b: str) -> float | None:
 
 
 def target(name: str, value: float | None, op: str, threshold: float) -> dict:
-    """A target record; a missing value (a failed variant) counts as not met."""
-    if value is None:
-        return {"name": name, "value": None, "target": f"{op} {threshold:g}", "met": False}
-    met = value >= threshold if op == ">=" else value <= threshold
-    return {"name": name, "value": value, "target": f"{op} {threshold:g}", "met": bool(met)}
+    """A target record (:class:`bench._common.Target`); a missing value counts as not met."""
+    return Target(name, op, threshold).check(value)
 
 
 # ----------------------------------------------------------------------------- results
@@ -397,16 +423,7 @@ def write_results(name: str, out: Path, payload: dict, md_lines: list[str]) -> t
     return jpath, mpath
 
 
-def fmt(v: float | None, digits: int = 3) -> str:
-    return "failed" if v is None else f"{v:.{digits}f}"
-
-
-def md_targets(targets: list[dict]) -> list[str]:
-    lines = ["| target | value | wanted | met |", "|---|---:|---:|---|"]
-    for t in targets:
-        lines.append(f"| {t['name']} | {fmt(t['value'])} | {t['target']} | "
-                     f"{'yes' if t['met'] else 'NO'} |")
-    return lines
+md_targets = targets_table
 
 
 # ----------------------------------------------------------------------------- nets

@@ -33,8 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DOC, free_port, write_result  # noqa: E402, F401
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import compute_for, free_port, parser, write_result  # noqa: E402
 
 
 def _shapes(numel: int) -> list[tuple[int, ...]]:
@@ -42,13 +42,6 @@ def _shapes(numel: int) -> list[tuple[int, ...]]:
     h = max(4, int((numel / 3) ** 0.5))
     return [(h, h), (h,), (h, h), (h,), (h, h), (h,), (1,)]
 
-
-def _work(ms: float) -> None:
-    t = time.perf_counter()
-    a = torch.randn(64, 64)
-    while (time.perf_counter() - t) * 1e3 < ms:
-        a = a @ a
-        a = a / a.norm()
 
 
 def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
@@ -84,7 +77,7 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str
             dist.barrier()
             t0 = time.perf_counter()
             for _ in range(args.steps):
-                _work(args.work_ms)
+                compute_for(n=64, ms=args.work_ms)
                 variants[k]()
             times[k].append((time.perf_counter() - t0) * 1e3 / args.steps)
     channel.close()
@@ -111,7 +104,7 @@ def _run(world: int, numel: int, args: argparse.Namespace, tmp: str) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__, doc_option=False)
     p.add_argument("--numel", type=int, nargs="+", default=[43_000, 300_000])
     p.add_argument("--work-ms", type=float, default=10.0)
     p.add_argument("--steps", type=int, default=10)

@@ -20,10 +20,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import write_result  # noqa: E402
-
+from bench._common import write_result  # noqa: E402
 from lit_amp.amp import hooks  # noqa: E402
 from lit_amp.amp.convert import auto_mixed_precision  # noqa: E402
 from lit_amp.amp.diagnostics import CastCounter  # noqa: E402

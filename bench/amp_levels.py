@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -45,18 +44,14 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import DOC, write_result  # noqa: E402
-
+from bench._common import DOC, load_result, parser, splice, write_result  # noqa: E402
 from lit_amp.amp.build import WithLossCellAmp, build_train_network  # noqa: E402
 from lit_amp.amp.cells import TrainOneStepCell  # noqa: E402
 from lit_amp.amp.convert import auto_mixed_precision  # noqa: E402
 from lit_amp.demos.nets import CNN1D, MLP  # noqa: E402
 
 TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 32)}
-SECTION_START = "<!-- bench:amp_levels:start -->"
-SECTION_END = "<!-- bench:amp_levels:end -->"
 BF16 = torch.bfloat16
 
 MODELS = {
@@ -306,18 +301,11 @@ def _tables(results: dict) -> list[str]:
 
 
 def write_doc_section(text: str) -> None:
-    block = f"{SECTION_START}\n{text.rstrip()}\n{SECTION_END}\n"
-    old = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(SECTION_START) + r".*?" + re.escape(SECTION_END) + r"\n?", re.S)
-    if pattern.search(old):
-        new = pattern.sub(lambda _: block, old, count=1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + block
-    DOC.write_text(new)
+    splice("amp_levels", text)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = parser(__doc__, doc_option=False, raw_text=True)
     ap.add_argument("--models", nargs="+", default=["mlp", "cnn"], choices=list(MODELS))
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--no-lightning", action="store_true")
@@ -330,9 +318,7 @@ def main() -> None:
                     help="rewrite the docs section from bench/results/amp_levels.json")
     args = ap.parse_args()
     if args.render_only:
-        from _common import RESULTS
-
-        data = json.loads((RESULTS / "amp_levels.json").read_text())
+        data = load_result("amp_levels")
         meta = dict(data["meta"], machine=data["machine"])
         text = doc_section(data["results"], meta)
         if "tuned_malloc" in data:
@@ -385,7 +371,7 @@ def main() -> None:
                   f"{r['ratio_to_Lbf16mixed_wall']['L AmpPrecision O2']:.2f}")
     if args.no_write:
         return
-    from _common import machine
+    from bench._common import machine
 
     meta["machine"] = machine()
     payload = {"meta": meta, "results": results}

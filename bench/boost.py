@@ -23,179 +23,19 @@ median is reported. Final test accuracy is measured on the 1000 test samples aft
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.multiprocessing as mp
-from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DOC, free_port, machine, write_result  # noqa: E402
-
-EPOCHS = 8
-BATCH = 100
-WIDTH, BLOCKS = 32, (2, 2, 2)
-LR, MOMENTUM, WD = 0.05, 0.9, 5e-4
-
-SINGLE: dict[str, Any] = {
-    "O0": None,
-    "O1": ("O1", None),
-    "LessBN only": ("O0", {"boost": {"mode": "manual", "less_bn": True}}),
-    "LessBN BN-removal only": (
-        "O0",
-        {
-            "boost": {"mode": "manual", "less_bn": True},
-            "less_bn": {"fn_flag": False, "gc_flag": False},
-        },
-    ),
-    "GradientFreeze only": ("O0", {"boost": {"mode": "manual", "grad_freeze": True}}),
-}
-DDP: dict[str, Any] = {
-    "DDP O0": None,
-    "DDP O2": ("O2", None),
-    # the same O2 with AdaSum's deltas sent through gloo instead of shared memory
-    "DDP O2, gloo exchange": ("O2", None, {"adasum": {"transport": "process_group"}}),
-    "DDP O1": ("O1", None),
-    "DDP AdaSum only": ("O0", {"boost": {"mode": "manual", "adasum": True}}),
-}
-TARGETS = {
-    "O1": {"speedup": 1.20, "acc_drop_pts": 0.5},
-    "O2": {"speedup": 1.30, "acc_drop_pts": 3.0},
-}
-
-
-def _quiet() -> None:
-    warnings.filterwarnings("ignore")
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "lit_amp"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def _data() -> dict[str, torch.Tensor]:
-    from lit_amp.demos import mnist1d_arrays
-
-    d = mnist1d_arrays()
-    return {
-        "x": torch.as_tensor(d["x"], dtype=torch.float32),
-        "y": torch.as_tensor(d["y"], dtype=torch.long),
-        "x_test": torch.as_tensor(d["x_test"], dtype=torch.float32),
-        "y_test": torch.as_tensor(d["y_test"], dtype=torch.long),
-    }
-
-
-def _callbacks(epochs: int, steps_per_epoch: int):
-    import lightning as L
-
-    class Cosine(L.Callback):
-        """Cosine LR over the run (set per batch on every param group)."""
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            total = epochs * steps_per_epoch
-            t = min(trainer.global_step, total)
-            lr = 0.5 * LR * (1 + torch.cos(torch.tensor(t / total * 3.141592653589793)).item())
-            for opt in trainer.optimizers:
-                for g in opt.param_groups:
-                    g["lr"] = lr
-
-    class Timer(L.Callback):
-        """Wall and CPU seconds from the start of epoch 1 to the end of training."""
-
-        def __init__(self) -> None:
-            self.t0 = self.c0 = None
-            self.wall = self.cpu = 0.0
-
-        def on_train_epoch_start(self, trainer, pl_module):
-            if trainer.current_epoch == 1:
-                self.t0, self.c0 = time.perf_counter(), time.process_time()
-
-        def on_train_end(self, trainer, pl_module):
-            self.wall = time.perf_counter() - self.t0
-            self.cpu = time.process_time() - self.c0
-
-    return Cosine(), Timer()
-
-
-def _run(variant: Any, seed: int, epochs: int, data: dict, ddp_world: int = 0) -> dict:
-    """One training run; returns samples/s (wall, cpu), accuracy and counters."""
-    import lightning as L
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from lit_amp import LitModel
-    from lit_amp.boost import AutoBoost
-    from lit_amp.demos import ResNet1D
-
-    torch.manual_seed(seed)
-    net = ResNet1D(WIDTH, BLOCKS)
-    n_bn = sum(isinstance(m, nn.BatchNorm1d) for m in net.modules())
-    opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
-    lit = LitModel(net, nn.CrossEntropyLoss(), opt)
-    lit.log_train_loss = False
-    per_rank = BATCH // max(1, ddp_world)
-    n = len(data["x"])
-    steps = n // BATCH
-    cosine, timer = _callbacks(epochs, steps)
-    callbacks: list = [cosine, timer]
-    boost = None
-    if variant is not None:
-        boost = AutoBoost(*variant[:2])
-        for algo, attrs in (variant[2] if len(variant) > 2 else {}).items():
-            for key, value in attrs.items():
-                setattr(boost.get_algorithm(algo), key, value)
-        callbacks.insert(0, boost)
-    kw: dict[str, Any] = {"accelerator": "cpu", "devices": 1}
-    if ddp_world:
-        from lightning.pytorch.strategies import DDPStrategy
-
-        kw = {"accelerator": "cpu", "devices": ddp_world, "strategy": DDPStrategy()}
-    trainer = L.Trainer(
-        max_epochs=epochs,
-        callbacks=callbacks,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        **kw,
-    )
-    loader = DataLoader(
-        TensorDataset(data["x"], data["y"]),
-        batch_size=per_rank,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(seed),
-        drop_last=True,
-    )
-    trainer.fit(lit, loader)
-    net.eval()
-    with torch.no_grad():
-        acc = (net(data["x_test"]).argmax(1) == data["y_test"]).float().mean().item()
-    samples = (epochs - 1) * steps * BATCH  # global samples timed
-    out = {
-        "samples_per_s": samples / timer.wall,
-        "cpu_seconds": timer.cpu,
-        "wall_seconds": timer.wall,
-        "acc": acc,
-        "bn_layers": sum(isinstance(m, nn.BatchNorm1d) for m in net.modules()),
-        "bn_layers_before": n_bn,
-    }
-    if boost is not None and boost.get_algorithm("grad_freeze") is not None:
-        gf = boost.get_algorithm("grad_freeze")
-        sched = gf.schedule[: gf.position]
-        out["frozen_step_fraction"] = float((sched != 0).mean())
-        total = sum(p.numel() for p in gf.sets[0])
-        frozen = [total - sum(p.numel() for p in gf.sets[int(k)]) for k in sched]
-        out["mean_frozen_param_fraction"] = float(sum(frozen) / len(frozen) / total)
-        out["train_sets"] = len(gf.sets)
-    if boost is not None and boost.get_algorithm("adasum") is not None:
-        out["adasum_steps"] = boost.get_algorithm("adasum").steps
-        out["adasum_transport"] = boost.get_algorithm("adasum").transport_used
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import _boost  # noqa: E402
+from bench._boost import BLOCKS, DDP, EPOCHS, LR, MOMENTUM, SINGLE, TARGETS, WD, _data, _quiet, _run  # noqa: E402
+from bench._common import RESULTS, free_port, machine, parser, splice, write_result  # noqa: E402
 
 
 def _order(names: list[str], seed_index: int) -> list[str]:
@@ -205,10 +45,9 @@ def _order(names: list[str], seed_index: int) -> list[str]:
 
 def _ddp_worker(
     rank: int, world: int, port: int, seeds: list[int], epochs: int, out: str, width: int,
-    batch: int = BATCH,
+    batch: int = _boost.BATCH,
 ) -> None:
-    global WIDTH, BATCH
-    WIDTH, BATCH = width, batch
+    _boost.WIDTH, _boost.BATCH = width, batch
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -294,23 +133,21 @@ def _table(summary: dict[str, dict], base: str) -> list[str]:
 
 
 def main() -> None:
-    global WIDTH, BATCH
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=EPOCHS)
-    ap.add_argument("--width", type=int, default=WIDTH, help="channels (smoke tests: 8)")
+    ap.add_argument("--width", type=int, default=_boost.WIDTH, help="channels (smoke tests: 8)")
     ap.add_argument("--no-ddp", action="store_true")
-    ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
-    ap.add_argument("--batch", type=int, default=BATCH,
+    ap.add_argument("--batch", type=int, default=_boost.BATCH,
                     help="global batch (DDP: split over the 2 processes); a non-default batch "
-                    "writes results/boost_batch<B>.json and leaves the docs alone")
+                    "is a labelled run in results/boost.json's history and leaves the docs alone")
     ap.add_argument("--ddp-only", action="store_true", help="skip the single-process phase")
     args = ap.parse_args()
     if args.seeds < 3:
         ap.error("--seeds must be >= 3")
     _quiet()
     torch.set_num_threads(1)
-    WIDTH, BATCH = args.width, args.batch
+    _boost.WIDTH, _boost.BATCH = width, batch = args.width, args.batch
     seeds = list(range(args.seeds))
     load_before = os.getloadavg()[0]
     t_start = time.perf_counter()
@@ -319,7 +156,7 @@ def main() -> None:
     names = [] if args.ddp_only else list(SINGLE)
     if args.ddp_only:
         single = {}
-    print(f"single process: {names}, seeds {seeds}, {args.epochs} epochs, batch {BATCH}")
+    print(f"single process: {names}, seeds {seeds}, {args.epochs} epochs, batch {batch}")
     for i, seed in enumerate(seeds):
         for name in _order(names, i):
             r = _run(SINGLE[name], seed, args.epochs, data)
@@ -331,12 +168,12 @@ def main() -> None:
             )
     ddp: dict[str, list] = {}
     if not args.no_ddp:
-        out = Path(__file__).resolve().parent / "results" / ".boost_ddp.pt"
+        out = RESULTS / ".boost_ddp.pt"
         out.parent.mkdir(parents=True, exist_ok=True)
         print(f"DDP, 2 processes: {list(DDP)}")
         mp.spawn(
             _ddp_worker,
-            args=(2, free_port(), seeds, args.epochs, str(out), WIDTH, BATCH),
+            args=(2, free_port(), seeds, args.epochs, str(out), width, batch),
             nprocs=2,
             join=True,
         )
@@ -369,13 +206,13 @@ def main() -> None:
         print()
         print("\n".join(_table(d_sum, "DDP O0")))
     task = (
-        f"ResNet1D(width {WIDTH}, blocks {BLOCKS}, BatchNorm) on MNIST-1D, batch {BATCH}, "
+        f"ResNet1D(width {width}, blocks {BLOCKS}, BatchNorm) on MNIST-1D, batch {batch}, "
         f"SGD m={MOMENTUM} wd={WD} cosine lr {LR}, {args.epochs} epochs, CPU fp32, 1 thread "
         "per process"
     )
-    default = BATCH == 100 and not args.ddp_only
+    default = batch == 100 and not args.ddp_only
     path = write_result(
-        "boost" if default else f"boost_batch{BATCH}",
+        "boost",
         {
             "task": task,
             "seeds": seeds,
@@ -388,6 +225,7 @@ def main() -> None:
             "load_average_1min": {"before": load_before, "after": load_after},
             "elapsed_seconds": elapsed,
         },
+        variant=None if default else f"batch {batch}" + (" ddp only" if args.ddp_only else ""),
     )
     print(
         f"\nwritten: {path}  ({elapsed:.0f} s; load average {load_before:.1f} -> {load_after:.1f})"
@@ -399,7 +237,6 @@ def main() -> None:
 def _write_doc(task, s_sum, d_sum, cross, seeds, load_before, load_after) -> None:
     m = machine()
     lines = [
-        "<!-- bench:boost:start -->",
         "## Boost levels (`bench/boost.py`, issue #6)",
         "",
         f"{task}. Seeds {seeds}; variants interleaved per seed; samples/s from epoch 2 to the "
@@ -432,25 +269,9 @@ def _write_doc(task, s_sum, d_sum, cross, seeds, load_before, load_after) -> Non
     lines += [
         "",
         "Targets (issue #6): O1 >= 1.20x O0 with accuracy within 0.5 pt; O2 >= 1.30x "
-        "with <= 3 pt loss. See the analysis below the tables.",
-        "",
-        "BOOST_ANALYSIS",
-        "<!-- bench:boost:end -->",
+        "with <= 3 pt loss.",
     ]
-    section = "\n".join(lines) + "\n"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    start, end = "<!-- bench:boost:start -->", "<!-- bench:boost:end -->"
-    if start in text and end in text:
-        pre, rest = text.split(start, 1)
-        _, post = rest.split(end, 1)
-        old = rest.split(end, 1)[0]
-        if "BOOST_ANALYSIS" not in old and "### Analysis" in old:  # keep a written analysis
-            section = section.replace("BOOST_ANALYSIS", old[old.index("### Analysis") :].strip())
-        text = pre + section + post.lstrip("\n")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOC.write_text(text)
-    print(f"updated: {DOC}")
+    splice("boost", "\n".join(lines))
 
 
 if __name__ == "__main__":

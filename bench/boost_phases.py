@@ -12,7 +12,6 @@ median over ``--reps`` interleaved repetitions. The timers add a few microsecond
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import statistics
@@ -25,9 +24,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import boost as B  # noqa: E402
-from _common import free_port, write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import _boost as B  # noqa: E402
+from bench._common import RESULTS, free_port, parser, write_result  # noqa: E402
 
 TIMES: dict[str, float] = collections.defaultdict(float)
 
@@ -88,13 +87,13 @@ def _worker(rank: int, port: int, variants: list[str], epochs: int, reps: int, o
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, doc_option=False)
     ap.add_argument("--variants", nargs="+", default=["DDP O0", "DDP O2"], choices=list(B.DDP))
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     port = free_port()
-    out = str(Path(__file__).resolve().parent / "results" / ".boost_phases")
+    out = str(RESULTS / ".boost_phases")
     mp.spawn(_worker, args=(port, args.variants, args.epochs, args.reps, out), nprocs=2)
     ranks = []
     for r in range(2):

@@ -23,16 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import free_port, write_result  # noqa: E402
-
-
-def _work(ms: float) -> None:
-    t = time.perf_counter()
-    a = torch.randn(128, 128)
-    while (time.perf_counter() - t) * 1e3 < ms:
-        a = a @ a
-        a = a / a.norm()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import RESULTS, compute_for, free_port, parser, write_result  # noqa: E402
 
 
 def _worker(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
@@ -51,7 +43,7 @@ def _worker(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
             dist.barrier()
             t, c, comm = time.perf_counter(), time.process_time(), 0.0
             for i in range(args.steps):
-                _work(args.work_ms + (1.0 if i % 2 == rank else 0.0))
+                compute_for(args.work_ms + (1.0 if i % 2 == rank else 0.0))
                 x = torch.full((n,), float(10 * calls + rank))
                 t0 = time.perf_counter()
                 if mode == "gloo":
@@ -76,14 +68,10 @@ def _worker(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--numel", type=int, default=43_000)
-    ap.add_argument("--work-ms", type=float, default=8.0)
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
+    args = parser(__doc__, doc_option=False, numel=43_000, work_ms=8.0, steps=100,
+                  rounds=5).parse_args()
     port = free_port()
-    out = str(Path(__file__).resolve().parent / "results" / ".collectives.pt")
+    out = str(RESULTS / ".collectives.pt")
     mp.spawn(_worker, args=(port, args, out), nprocs=2, join=True)
     res = torch.load(out)
     os.unlink(out)

@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import parser, write_result  # noqa: E402
 
 CPU2 = {"accelerator": "cpu", "devices": 2}
 
@@ -137,12 +137,8 @@ def _fsdp_vs_ddp(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sink-steps", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--batch", type=int, default=32)
-    args = parser.parse_args()
+    args = parser(__doc__, doc_option=False, repeats=3, sink_steps=200, steps=20,
+                  batch=32).parse_args()
     torch.set_num_threads(1)
     load_before = os.getloadavg()
     res = {"sink": _sink(args), "fsdp2_vs_ddp": _fsdp_vs_ddp(args)}

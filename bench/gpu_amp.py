@@ -45,31 +45,9 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _gpu import (  # noqa: E402
-    Budget,
-    StepTimer,
-    cycled,
-    fmt,
-    hand_runner,
-    headline,
-    lightning_quiet,
-    loader,
-    make_batches,
-    md_targets,
-    measure,
-    paired_ratio,
-    seeded,
-    sgd,
-    start,
-    target,
-    trainer_flags,
-    workload,
-    write_results,
-)
-
+from bench import _gpu  # noqa: E402
 from lit_amp import Model  # noqa: E402
 from lit_amp.model.lit_model import LitModel  # noqa: E402
 from lit_amp.plugins.precision import AmpPrecision  # noqa: E402
@@ -86,7 +64,7 @@ class PlainModule(pl.LightningModule):
         super().__init__()
         self.net = net
         self.loss_fn = nn.CrossEntropyLoss()
-        self._opt = sgd(net)
+        self._opt = _gpu.sgd(net)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -119,36 +97,24 @@ def build(wl: dict, batches: list, device: torch.device, dry: bool):
             opt.step()
         return step
 
-    net = seeded(wl["make"], device)
-    runners["fp32 hand loop"] = hand_runner(plain_step(net, sgd(net)), device, WARM)
+    net = _gpu.seeded(wl["make"], device)
+    runners["fp32 hand loop"] = _gpu.hand_runner(plain_step(net, _gpu.sgd(net)), device, WARM)
     how["fp32 hand loop"] = "plain PyTorch loop in float32 (TF32 flags as recorded)"
 
     def autocast_runner(dtype, scaled):
-        net = seeded(wl["make"], device)
-        opt = sgd(net)
+        net = _gpu.seeded(wl["make"], device)
+        opt = _gpu.sgd(net)
         scaler = torch.amp.GradScaler(dev_type) if scaled else None
-
-        def step(i):
-            x, y = batches[i % k]
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(dev_type, dtype=dtype):
-                loss = ce(net(x), y)
-            if scaler is None:
-                loss.backward()
-                opt.step()
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-        return hand_runner(step, device, WARM)
+        step = _gpu.autocast_step(net, opt, batches, ce, dev_type, dtype, scaler)
+        return _gpu.hand_runner(step, device, WARM)
 
     runners[HAND["fp16"]] = autocast_runner(FP16, True)
     how[HAND["fp16"]] = "torch.autocast(float16) forward+loss, torch.amp.GradScaler()"
     runners[HAND["bf16"]] = autocast_runner(BF16, False)
     how[HAND["bf16"]] = "torch.autocast(bfloat16) forward+loss, no scaler"
 
-    half = seeded(wl["make"], device).half()
-    hopt = sgd(half)
+    half = _gpu.seeded(wl["make"], device).half()
+    hopt = _gpu.sgd(half)
     hbatches = [(x.half() if x.is_floating_point() else x, y) for x, y in batches]
 
     def half_step(i):
@@ -157,36 +123,32 @@ def build(wl: dict, batches: list, device: torch.device, dry: bool):
         ce(half(x).float(), y).backward()
         hopt.step()
 
-    runners["fp16 model.half() hand loop"] = hand_runner(half_step, device, WARM)
+    runners["fp16 model.half() hand loop"] = _gpu.hand_runner(half_step, device, WARM)
     how["fp16 model.half() hand loop"] = ("model.half(), float16 inputs, SGD on float16 "
                                           "weights: the ceiling")
 
     def fit_runner(module, trainer_kw):
         def run(n):
-            timer = StepTimer(WARM, device, last=WARM + n)
-            trainer = pl.Trainer(max_epochs=1, callbacks=[timer], **trainer_flags(device),
+            timer = _gpu.StepTimer(WARM, device, last=WARM + n)
+            trainer = pl.Trainer(max_epochs=1, callbacks=[timer], **_gpu.trainer_flags(device),
                                  **trainer_kw())
-            with lightning_quiet():
-                trainer.fit(module, loader(cycled(batches, WARM + n)))
+            with _gpu.lightning_quiet():
+                trainer.fit(module, _gpu.loader(_gpu.cycled(batches, WARM + n)))
             return timer.result()
         return run
 
     for dt, prec in (("fp16", "16-mixed"), ("bf16", "bf16-mixed")):
         real = prec if not (dry and prec == "16-mixed") else "bf16-mixed"  # no fp16 AMP on CPU
         name = f"{dt} Lightning {prec}"
-        runners[name] = fit_runner(PlainModule(seeded(wl["make"], device)),
+        runners[name] = fit_runner(PlainModule(_gpu.seeded(wl["make"], device)),
                                    lambda real=real: {"precision": real})
         how[name] = f"plain LightningModule (automatic optimization), Trainer(precision={real!r})"
 
     def model_run(level):
-        net = seeded(wl["make"], device)
-        model = Model(net, nn.CrossEntropyLoss(), sgd(net), amp_level=level,
-                      trainer={"accelerator": trainer_flags(device)["accelerator"], "devices": 1})
-
-        def run(n):
-            timer = StepTimer(WARM, device, last=WARM + n)
-            model.train(1, loader(cycled(batches, WARM + n)), callbacks=[timer])
-            return timer.result()
+        net = _gpu.seeded(wl["make"], device)
+        acc = _gpu.trainer_flags(device)["accelerator"]
+        model = Model(net, nn.CrossEntropyLoss(), _gpu.sgd(net), amp_level=level,
+                      trainer={"accelerator": acc, "devices": 1})
 
         def report():
             lit = model.lit_model
@@ -194,7 +156,7 @@ def build(wl: dict, batches: list, device: torch.device, dry: bool):
             return {"amp": _amp_info(lit.amp_config),
                     "skipped_steps": getattr(ctl, "skipped_steps", None),
                     "loss_scale": float(ctl.scale) if ctl is not None and ctl.enabled else None}
-        return run, report
+        return _gpu.model_runner(model, batches, device, WARM), report
 
     for level in ("O0", "O1", "O2", "O3"):
         name = "lit_amp O0 (Model)" if level == "O0" else f"fp16 lit_amp {level} (Model)"
@@ -204,8 +166,8 @@ def build(wl: dict, batches: list, device: torch.device, dry: bool):
                      "CUDA)")
 
     def ampprec_run(level, dtype):
-        net = seeded(wl["make"], device)
-        lit = LitModel(net, nn.CrossEntropyLoss(), sgd(net))
+        net = _gpu.seeded(wl["make"], device)
+        lit = LitModel(net, nn.CrossEntropyLoss(), _gpu.sgd(net))
         lit.log_train_loss = False  # as Model sets it without logger/progress bar
         plugins: list = []
 
@@ -233,14 +195,15 @@ def dtype_of(name: str) -> str:
     return name.split()[0] if name.split()[0] in ("fp16", "bf16") else "fp32"
 
 
-def run_workload(key: str, device: torch.device, budget: Budget, share: float, dry: bool) -> dict:
-    wl = workload(key, dry)
+def run_workload(key: str, device: torch.device, budget: _gpu.Budget, share: float,
+                 dry: bool) -> dict:
+    wl = _gpu.workload(key, dry)
     print(f"{key}: {wl['title']}  (share {share:.0f} s)", flush=True)
-    batches = make_batches(wl, device)
+    batches = _gpu.make_batches(wl, device)
     runners, how, info = build(wl, batches, device, dry)
-    res = measure(runners, budget, share, dry_run=dry, min_rounds=3, dry_rounds=2)
+    res = _gpu.measure(runners, budget, share, dry_run=dry, min_rounds=3, dry_rounds=2)
     names = list(res["median_steps_per_s"])
-    ratios = {h: {n: paired_ratio(res, n, HAND[h]) for n in names} for h in HAND}
+    ratios = {h: {n: _gpu.paired_ratio(res, n, HAND[h]) for n in names} for h in HAND}
     resolved = {n: f() for n, f in info.items()}
     targets = []
     pairs = [("fp16", "fp16 lit_amp O2 (Model)", "fp16 Lightning 16-mixed"),
@@ -251,9 +214,9 @@ def run_workload(key: str, device: torch.device, budget: Budget, share: float, d
             amp = (resolved.get(ours) or {}).get("amp") or {}
             if not (amp.get("level") == "O2" and amp.get("dtype") == str(BF16)):
                 continue  # auto did not resolve to O2 bf16 (no bf16 GPU, or a dry run)
-        targets.append(target(f"{key}: {ours} / {HAND[dt]}", ratios[dt][ours], ">=", 1.0))
-        targets.append(target(f"{key}: {ours} / {theirs}", paired_ratio(res, ours, theirs),
-                              ">=", 1.0))
+        targets.append(_gpu.target(f"{key}: {ours} / {HAND[dt]}", ratios[dt][ours], ">=", 1.0))
+        targets.append(_gpu.target(f"{key}: {ours} / {theirs}",
+                                   _gpu.paired_ratio(res, ours, theirs), ">=", 1.0))
     del runners, batches
     gc.collect()
     if device.type == "cuda":
@@ -262,8 +225,8 @@ def run_workload(key: str, device: torch.device, budget: Budget, share: float, d
             **res, "ratio_to_hand_autocast": ratios, "targets": targets}
 
 
-def markdown(m: dict, results: dict, dry: bool, budget: Budget) -> list[str]:
-    lines = [headline("gpu_amp: AMP levels, training steps/s", m), ""]
+def markdown(m: dict, results: dict, dry: bool, budget: _gpu.Budget) -> list[str]:
+    lines = [_gpu.headline("gpu_amp: AMP levels, training steps/s", m), ""]
     if dry:
         lines += ["Dry run: tiny sizes on the CPU; fp16 Lightning uses bf16-mixed and Model "
                   "its CPU default (bf16). The numbers mean nothing.", ""]
@@ -274,19 +237,19 @@ def markdown(m: dict, results: dict, dry: bool, budget: Budget) -> list[str]:
                   "| variant | steps/s | vs hand fp16 autocast | vs hand bf16 autocast |",
                   "|---|---:|---:|---:|"]
         for n, v in r["median_steps_per_s"].items():
-            lines.append(f"| {n} | {v:.1f} | {fmt(r['ratio_to_hand_autocast']['fp16'][n])} | "
-                         f"{fmt(r['ratio_to_hand_autocast']['bf16'][n])} |")
+            lines.append(f"| {n} | {v:.1f} | {_gpu.fmt(r['ratio_to_hand_autocast']['fp16'][n])} | "
+                         f"{_gpu.fmt(r['ratio_to_hand_autocast']['bf16'][n])} |")
         lines += [f"| {n} | failed: {e} | | |" for n, e in r["errors"].items()]
         lines.append("")
     all_t = [t for r in results.values() for t in r["targets"]]
     lines += ["Targets: lit_amp O2 >= 1.0x the hand autocast loop and >= Lightning's mixed "
               "precision of the same dtype (bf16 lit_amp through AmpPrecision: Model takes no "
-              "dtype; 'auto' is Model's bf16 O2 on CUDA).", "", *md_targets(all_t)]
+              "dtype; 'auto' is Model's bf16 O2 on CUDA).", "", *_gpu.md_targets(all_t)]
     return lines
 
 
 def main() -> None:
-    args, budget, device, m = start("gpu_amp", __doc__, 90)
+    args, budget, device, m = _gpu.start("gpu_amp", __doc__, 90)
     results = {}
     keys = ["resnet18", "transformer"]
     for i, key in enumerate(keys):
@@ -296,7 +259,8 @@ def main() -> None:
     payload = {"machine": m, "dry_run": args.dry_run, "budget_s": args.budget_s,
                "elapsed_s": budget.elapsed(), "results": results, "targets": targets,
                "all_targets_met": all(t["met"] for t in targets)}
-    jp, mp = write_results("amp", args.out, payload, markdown(m, results, args.dry_run, budget))
+    md = markdown(m, results, args.dry_run, budget)
+    jp, mp = _gpu.write_results("amp", args.out, payload, md)
     print("\n".join(markdown(m, results, args.dry_run, budget)))
     print("written:", jp, mp)
 

@@ -37,28 +37,9 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _gpu import (  # noqa: E402
-    Budget,
-    StepTimer,
-    fmt,
-    headline,
-    lightning_quiet,
-    loader,
-    md_targets,
-    measure,
-    paired_ratio,
-    seeded,
-    sgd,
-    start,
-    sync,
-    target,
-    trainer_flags,
-    write_results,
-)
-
+from bench import _gpu  # noqa: E402
 from lit_amp import Model  # noqa: E402
 from lit_amp.demos import MLP  # noqa: E402
 
@@ -87,7 +68,7 @@ class PlainModule(pl.LightningModule):
         super().__init__()
         self.net = net
         self.loss_fn = nn.CrossEntropyLoss()
-        self._opt = sgd(net, LR)
+        self._opt = _gpu.sgd(net, LR)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -118,19 +99,19 @@ def graph_status(model: Model) -> dict | None:
 
 
 def new_model(device: torch.device) -> Model:
-    net = seeded(make_net, device)
-    return Model(net, nn.CrossEntropyLoss(), sgd(net, LR),
-                 trainer={"accelerator": trainer_flags(device)["accelerator"], "devices": 1})
+    net = _gpu.seeded(make_net, device)
+    return Model(net, nn.CrossEntropyLoss(), _gpu.sgd(net, LR),
+                 trainer={"accelerator": _gpu.trainer_flags(device)["accelerator"], "devices": 1})
 
 
 def build(batches: list, device: torch.device) -> tuple[dict, dict, dict]:
     spe = len(batches)  # steps per epoch
-    dl = loader(batches)
+    dl = _gpu.loader(batches)
     epochs = lambda n: max(1, math.ceil(n / spe))  # noqa: E731
     runners, how, info = {}, {}, {}
 
-    net = seeded(make_net, device)
-    opt = sgd(net, LR)
+    net = _gpu.seeded(make_net, device)
+    opt = _gpu.sgd(net, LR)
     ce = nn.CrossEntropyLoss()
 
     def hand(n):
@@ -141,22 +122,23 @@ def build(batches: list, device: torch.device) -> tuple[dict, dict, dict]:
                 loss.backward()
                 opt.step()
         epoch()  # warm-up epoch
-        sync(device)
+        _gpu.sync(device)
         t0 = time.perf_counter()
         for _ in range(epochs(n)):
             epoch()
-        sync(device)
+        _gpu.sync(device)
         return time.perf_counter() - t0, epochs(n) * spe
 
     runners[HAND] = hand
     how[HAND] = "for x, y in loader: forward, loss, zero_grad, backward, step"
 
-    module = PlainModule(seeded(make_net, device))
+    module = PlainModule(_gpu.seeded(make_net, device))
 
     def plain(n):
-        timer = StepTimer(spe, device, last=spe * (1 + epochs(n)))
-        trainer = pl.Trainer(max_epochs=1 + epochs(n), callbacks=[timer], **trainer_flags(device))
-        with lightning_quiet():
+        timer = _gpu.StepTimer(spe, device, last=spe * (1 + epochs(n)))
+        trainer = pl.Trainer(max_epochs=1 + epochs(n), callbacks=[timer],
+                             **_gpu.trainer_flags(device))
+        with _gpu.lightning_quiet():
             trainer.fit(module, dl)
         return timer.result()
 
@@ -166,7 +148,7 @@ def build(batches: list, device: torch.device) -> tuple[dict, dict, dict]:
     model = new_model(device)
 
     def nonsink(n):
-        timer = StepTimer(spe, device, last=spe * (1 + epochs(n)))
+        timer = _gpu.StepTimer(spe, device, last=spe * (1 + epochs(n)))
         model.train(1 + epochs(n), dl, callbacks=[timer])
         return timer.result()
 
@@ -178,7 +160,7 @@ def build(batches: list, device: torch.device) -> tuple[dict, dict, dict]:
         supported = set_graph(m, graph)
 
         def run(n):
-            timer = StepTimer(SINK_WARM, device, steps_per_batch=spe,
+            timer = _gpu.StepTimer(SINK_WARM, device, steps_per_batch=spe,
                               last=SINK_WARM + epochs(n))
             m.train(SINK_WARM + epochs(n), dl, callbacks=[timer], dataset_sink_mode=True,
                     sink_size=spe)
@@ -199,7 +181,7 @@ def build(batches: list, device: torch.device) -> tuple[dict, dict, dict]:
 
 def identity_check(batches: list, device: torch.device, epochs: int = 3) -> dict:
     """Same init, same data: non-sink vs sink (no graph) vs sink (graph); final weights."""
-    dl = loader(batches)
+    dl = _gpu.loader(batches)
     spe = len(batches)
     out: dict = {"epochs": epochs, "steps": epochs * spe}
     finals = {}
@@ -238,16 +220,16 @@ def identity_check(batches: list, device: torch.device, epochs: int = 3) -> dict
     return out
 
 
-def markdown(m: dict, r: dict, ident: dict, targets: list, dry: bool, budget: Budget) -> list:
-    lines = [headline("gpu_host_bound: MNIST-1D MLP, batch 100, steps/s", m), ""]
+def markdown(m: dict, r: dict, ident: dict, targets: list, dry: bool, budget: _gpu.Budget) -> list:
+    lines = [_gpu.headline("gpu_host_bound: MNIST-1D MLP, batch 100, steps/s", m), ""]
     if dry:
         lines += ["Dry run: CPU, 8 batches an epoch; the numbers mean nothing.", ""]
     lines += [f"Median of {r['rounds']} interleaved rounds (whole epochs, warm-up excluded); "
               f"ratios = median per-round ratio; {budget.elapsed():.0f} s in all.", "",
               "| variant | steps/s | vs hand loop | vs plain Lightning |", "|---|---:|---:|---:|"]
     for n, v in r["median_steps_per_s"].items():
-        lines.append(f"| {n} | {v:.0f} | {fmt(r['ratio_to_hand_loop'][n])} | "
-                     f"{fmt(r['ratio_to_plain_lightning'][n])} |")
+        lines.append(f"| {n} | {v:.0f} | {_gpu.fmt(r['ratio_to_hand_loop'][n])} | "
+                     f"{_gpu.fmt(r['ratio_to_plain_lightning'][n])} |")
     lines += [f"| {n} | failed: {e} | | |" for n, e in r["errors"].items()]
     info = r["resolved"].get(GRAPH, {})
     lines += ["", f"sink_graph supported: {info.get('sink_graph_supported')}; status after the "
@@ -255,12 +237,12 @@ def markdown(m: dict, r: dict, ident: dict, targets: list, dry: bool, budget: Bu
               f"Same weights after {ident.get('steps')} steps (non-sink vs sink/graph): "
               f"{ident.get('identical')} "
               + ", ".join(f"{k} = {v:g}" for k, v in ident.items()
-                          if k.startswith("max_abs")), "", *md_targets(targets)]
+                          if k.startswith("max_abs")), "", *_gpu.md_targets(targets)]
     return lines
 
 
 def main() -> None:
-    args, budget, device, m = start("gpu_host_bound", __doc__, 45)
+    args, budget, device, m = _gpu.start("gpu_host_bound", __doc__, 45)
     batches = make_batches(device, 8 if args.dry_run else 40)
     try:
         ident = identity_check(batches, device, 2 if args.dry_run else 3)
@@ -270,20 +252,21 @@ def main() -> None:
         ident = {"error": f"{type(e).__name__}: {e}", "identical": False}
     print("identity:", ident, flush=True)
     runners, how, info = build(batches, device)
-    res = measure(runners, budget, budget.left() - 2.0, dry_run=args.dry_run, min_rounds=3,
+    res = _gpu.measure(runners, budget, budget.left() - 2.0, dry_run=args.dry_run, min_rounds=3,
                   dry_rounds=1, n_init=len(batches), n_min=len(batches), n_max=400 * len(batches))
     names = list(res["median_steps_per_s"])
     r = {"title": f"MLP 40-100-100-10, batch {BATCH}, {len(batches)} batches an epoch, fp32, "
                   f"SGD momentum", "how": how, "resolved": {n: f() for n, f in info.items()},
          **res,
-         "ratio_to_hand_loop": {n: paired_ratio(res, n, HAND) for n in names},
-         "ratio_to_plain_lightning": {n: paired_ratio(res, n, PLAIN) for n in names}}
-    targets = [target(f"{GRAPH} / {PLAIN} (steps/s)", paired_ratio(res, GRAPH, PLAIN), ">=", 2.0)]
+         "ratio_to_hand_loop": {n: _gpu.paired_ratio(res, n, HAND) for n in names},
+         "ratio_to_plain_lightning": {n: _gpu.paired_ratio(res, n, PLAIN) for n in names}}
+    targets = [_gpu.target(f"{GRAPH} / {PLAIN} (steps/s)", _gpu.paired_ratio(res, GRAPH, PLAIN),
+                           ">=", 2.0)]
     payload = {"machine": m, "dry_run": args.dry_run, "budget_s": args.budget_s,
                "elapsed_s": budget.elapsed(), "results": r, "identity_check": ident,
                "targets": targets, "all_targets_met": all(t["met"] for t in targets)}
     md = markdown(m, r, ident, targets, args.dry_run, budget)
-    jp, mp = write_results("host_bound", args.out, payload, md)
+    jp, mp = _gpu.write_results("host_bound", args.out, payload, md)
     print("\n".join(md))
     print("written:", jp, mp)
 

@@ -32,29 +32,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _gpu import (  # noqa: E402
-    StepTimer,
-    cycled,
-    fmt,
-    hand_runner,
-    headline,
-    loader,
-    make_batches,
-    md_targets,
-    measure,
-    paired_ratio,
-    seeded,
-    sgd,
-    start,
-    target,
-    trainer_flags,
-    workload,
-    write_results,
-)
-
+from bench import _gpu  # noqa: E402
 from lit_amp import DynamicLossScaleManager, Model  # noqa: E402
 
 FP16 = torch.float16
@@ -67,18 +47,13 @@ HSCALER, HNONE = "hand autocast fp16 + GradScaler", "hand autocast fp16, no scal
 
 def build(wl: dict, batches: list, device: torch.device) -> tuple[dict, dict, dict]:
     runners, how, info = {}, {}, {}
-    k = len(batches)
 
     def model_run(manager):
-        net = seeded(wl["make"], device)
-        model = Model(net, nn.CrossEntropyLoss(), sgd(net), amp_level="O2",
+        net = _gpu.seeded(wl["make"], device)
+        model = Model(net, nn.CrossEntropyLoss(), _gpu.sgd(net), amp_level="O2",
                       loss_scale_manager=manager,
-                      trainer={"accelerator": trainer_flags(device)["accelerator"], "devices": 1})
-
-        def run(n):
-            timer = StepTimer(WARM, device, last=WARM + n)
-            model.train(1, loader(cycled(batches, WARM + n)), callbacks=[timer])
-            return timer.result()
+                      trainer={"accelerator": _gpu.trainer_flags(device)["accelerator"],
+                               "devices": 1})
 
         def report():
             lit = model.lit_model
@@ -87,7 +62,7 @@ def build(wl: dict, batches: list, device: torch.device) -> tuple[dict, dict, di
                     "loss_scaling_enabled": bool(ctl is not None and ctl.enabled),
                     "skipped_steps": getattr(ctl, "skipped_steps", None),
                     "final_scale": float(ctl.scale) if ctl is not None and ctl.enabled else None}
-        return run, report
+        return _gpu.model_runner(model, batches, device, WARM), report
 
     runners[DYN], info[DYN] = model_run(DynamicLossScaleManager(INIT_SCALE, 2, WINDOW))
     how[DYN] = (f"Model(..., amp_level='O2', loss_scale_manager=DynamicLossScaleManager("
@@ -99,27 +74,15 @@ def build(wl: dict, batches: list, device: torch.device) -> tuple[dict, dict, di
     dev = device.type
 
     def hand(scaled):
-        net = seeded(wl["make"], device)
-        opt = sgd(net)
+        net = _gpu.seeded(wl["make"], device)
+        opt = _gpu.sgd(net)
         scaler = (torch.amp.GradScaler(dev, init_scale=INIT_SCALE, growth_interval=WINDOW)
                   if scaled else None)
-
-        def step(i):
-            x, y = batches[i % k]
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(dev, dtype=FP16):
-                loss = ce(net(x), y)
-            if scaler is None:
-                loss.backward()
-                opt.step()
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
+        step = _gpu.autocast_step(net, opt, batches, ce, dev, FP16, scaler)
 
         def report():
             return {"final_scale": float(scaler.get_scale()) if scaler is not None else None}
-        return hand_runner(step, device, WARM), report
+        return _gpu.hand_runner(step, device, WARM), report
 
     runners[HSCALER], info[HSCALER] = hand(True)
     how[HSCALER] = (f"torch.autocast(float16) + torch.amp.GradScaler(init_scale={INIT_SCALE:g}, "
@@ -130,23 +93,24 @@ def build(wl: dict, batches: list, device: torch.device) -> tuple[dict, dict, di
 
 
 def main() -> None:
-    args, budget, device, m = start("gpu_loss_scale", __doc__, 30)
-    wl = workload("transformer", args.dry_run)
-    batches = make_batches(wl, device)
+    args, budget, device, m = _gpu.start("gpu_loss_scale", __doc__, 30)
+    wl = _gpu.workload("transformer", args.dry_run)
+    batches = _gpu.make_batches(wl, device)
     runners, how, info = build(wl, batches, device)
-    res = measure(runners, budget, budget.left() - 2.0, dry_run=args.dry_run, min_rounds=3,
+    res = _gpu.measure(runners, budget, budget.left() - 2.0, dry_run=args.dry_run, min_rounds=3,
                   dry_rounds=2, rounds_goal=9)
     # steps/s without scaling over steps/s with it = time with scaling / time without
-    cost = {"lit_amp": paired_ratio(res, NONE, DYN), "torch": paired_ratio(res, HNONE, HSCALER)}
+    cost = {"lit_amp": _gpu.paired_ratio(res, NONE, DYN),
+            "torch": _gpu.paired_ratio(res, HNONE, HSCALER)}
     resolved = {n: f() for n, f in info.items()}
-    targets = [target("lit_amp O2 fp16: time with dynamic scaling / without", cost["lit_amp"],
+    targets = [_gpu.target("lit_amp O2 fp16: time with dynamic scaling / without", cost["lit_amp"],
                       "<=", 1.02)]
     r = {"title": wl["title"], "config": wl["config"], "how": how, "resolved": resolved, **res,
          "time_ratio_scaled_to_unscaled": cost}
     payload = {"machine": m, "dry_run": args.dry_run, "budget_s": args.budget_s,
                "elapsed_s": budget.elapsed(), "results": r, "targets": targets,
                "all_targets_met": all(t["met"] for t in targets)}
-    md = [headline("gpu_loss_scale: dynamic loss scaling overhead, O2 fp16", m), ""]
+    md = [_gpu.headline("gpu_loss_scale: dynamic loss scaling overhead, O2 fp16", m), ""]
     if args.dry_run:
         md += ["Dry run: tiny sizes on the CPU; Model's O2 runs in its CPU default (bf16) there. "
                "The numbers mean nothing.", ""]
@@ -159,9 +123,9 @@ def main() -> None:
         md.append(f"| {n} | {v:.2f} | {'' if skipped is None else skipped} | "
                   f"{'' if scale is None else f'{scale:g}'} |")
     md += [f"| {n} | failed: {e} | | |" for n, e in res["errors"].items()]
-    md += ["", f"Time ratio with/without scaling: lit_amp {fmt(cost['lit_amp'])}, torch "
-           f"GradScaler {fmt(cost['torch'])} (reference).", "", *md_targets(targets)]
-    jp, mp = write_results("loss_scale", args.out, payload, md)
+    md += ["", f"Time ratio with/without scaling: lit_amp {_gpu.fmt(cost['lit_amp'])}, torch "
+           f"GradScaler {_gpu.fmt(cost['torch'])} (reference).", "", *_gpu.md_targets(targets)]
+    jp, mp = _gpu.write_results("loss_scale", args.out, payload, md)
     print("\n".join(md))
     print("written:", jp, mp)
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import re
 import statistics
 import sys
 import time
@@ -37,9 +36,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DOC, machine, write_result  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import DOC, machine, parser, splice, write_result  # noqa: E402
 from lit_amp.amp.loss_scale.controller import LossScaleController  # noqa: E402
 from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager  # noqa: E402
 
@@ -160,29 +158,8 @@ def paired_times(
     return wall, cpu
 
 
-def write_doc_section(name: str, text: str, after: str | None = None) -> None:
-    """Replace the ``name`` section of docs/benchmarks.md.
-
-    An absent section goes right after the ``after`` section when that exists, else at the end.
-    Other sections are left as they are.
-    """
-    start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
-    block = f"{start}\n{text.rstrip()}\n{end}\n"
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    old = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end) + r"\n?", re.S)
-    anchor = f"<!-- bench:{after}:end -->\n" if after else None
-    if pattern.search(old):
-        new = pattern.sub(lambda _: block, old, count=1)
-    elif anchor and anchor in old:
-        new = old.replace(anchor, anchor + "\n" + block, 1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + block
-    DOC.write_text(new)
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = parser(__doc__, doc_option=False, raw_text=True)
     ap.add_argument("--repeats", type=int, default=31, help="interleaved rounds (default 31)")
     ap.add_argument("--steps", type=int, default=1, help="training steps per timing (default 1)")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up rounds, excluded (default 2)")
@@ -257,7 +234,7 @@ def main() -> None:
     # the default configuration is "loss_scale"; a forced thread count is recorded beside it
     name = "loss_scale" if args.threads <= 0 else f"loss_scale_threads{args.threads}"
     path = write_result(
-        name,
+        "loss_scale",
         {
             "task": task,
             "command": "python bench/loss_scale.py "
@@ -272,6 +249,7 @@ def main() -> None:
             "load_average_after": load_after,
             "results": rows,
         },
+        variant=None if args.threads <= 0 else f"threads {args.threads}",
     )
     device_label = info["cuda"] if args.device.startswith("cuda") else info["cpu"]
     lines = [
@@ -323,9 +301,9 @@ def main() -> None:
         ]
     lines += [
         "",
-        f"Reproduce: `.venv/bin/{cmd}` (raw numbers in `bench/results/{name}.json`).",
+        f"Reproduce: `.venv/bin/{cmd}` (raw numbers in `bench/results/loss_scale.json`).",
     ]
-    write_doc_section(name, "\n".join(lines), after=None if name == "loss_scale" else "loss_scale")
+    splice(name, "\n".join(lines), after=None if name == "loss_scale" else "loss_scale")
     print("written:", path, "and", DOC)
 
 

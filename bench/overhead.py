@@ -13,7 +13,6 @@ optimization, default Trainer flags except progress bar/logger/checkpointing off
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import warnings
@@ -23,9 +22,8 @@ import lightning as L
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import interleaved, machine, medians, write_result  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import Target, check_targets, machine, measure, parser, write_result  # noqa: E402
 from lit_amp import Model  # noqa: E402
 from lit_amp.demos import MLP, mnist1d_loaders  # noqa: E402
 
@@ -81,8 +79,12 @@ def plain_lightning(loader) -> None:
     trainer.fit(PlainModule(), loader)
 
 
+#: the median time over the hand loop's
+TARGETS = (Target("Model.train (sink)", "<=", 1.05), Target("Model.train (non-sink)", "<=", 1.25))
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, doc_option=False)
     ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args()
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
@@ -94,16 +96,15 @@ def main() -> None:
         "Model.train (non-sink)": lambda: model_train(loader, False),
         "plain Lightning": lambda: plain_lightning(loader),
     }
-    times = interleaved(variants, repeats=args.repeats, warmup=1)
-    med = medians(times)
+    m = measure(variants, rounds=args.repeats, warmup=1)
+    med = m.medians()
     base = med["hand loop"]
     ratios = {k: v / base for k, v in med.items()}
-    targets = {"Model.train (sink)": 1.05, "Model.train (non-sink)": 1.25}
-    print(f"{'variant':26s} {'median s':>9s} {'ratio':>7s} {'target':>7s}")
+    print(f"{'variant':26s} {'median s':>9s} {'ratio':>7s} {'90 % interval':>15s}")
     for k in variants:
-        t = targets.get(k)
-        tgt = f"<= {t:.2f}" if t else ""
-        print(f"{k:26s} {med[k]:9.3f} {ratios[k]:7.3f} {tgt:>7s}")
+        lo_hi = "-".join(f"{x:.3f}" for x in m.interval(k))
+        print(f"{k:26s} {med[k]:9.3f} {ratios[k]:7.3f} {lo_hi:>15s}")
+    met = check_targets(TARGETS, ratios)
     path = write_result(
         "overhead",
         {
@@ -111,8 +112,10 @@ def main() -> None:
             "repeats": args.repeats,
             "median_seconds": med,
             "ratio_to_hand_loop": ratios,
-            "targets": targets,
-            "all_seconds": times,
+            "ratio_interval_90": {k: m.interval(k) for k in variants},
+            "targets": {t.name: t.goal for t in TARGETS},
+            "targets_met": met,
+            "all_seconds": m.rounds,
         },
     )
     print("machine:", machine())

@@ -18,7 +18,6 @@ delta of the rows the steps of one 2-second interval touched (bytes and seconds)
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -27,11 +26,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import interleaved, write_result  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import measure, parser, write_result  # noqa: E402
 from lit_amp.rec import LazyAdam, WideDeep  # noqa: E402
-from lit_amp.rec.publish import DeltaPublisher  # noqa: E402
+from lit_amp.rec.serving.writer import DeltaPublisher  # noqa: E402
 from lit_amp.rec.sources import SyntheticClickSource  # noqa: E402
 
 BATCH = 1000
@@ -95,7 +93,7 @@ def bench_size(vocab: int, batches: list, repeats: int) -> dict:
         "collisionless": Run(vocab, batches, collisionless=True),
         "hashed + row tracking": Run(vocab, batches, track=True),
     }
-    times = interleaved({n: r.steps for n, r in runs.items()}, repeats, warmup=1)
+    times = measure({n: r.steps for n, r in runs.items()}, repeats, warmup=1).rounds
     step_s = {n: statistics.median(t) / STEPS for n, t in times.items()}
     emb = runs["collisionless"].net.embedding
     out = {
@@ -112,7 +110,7 @@ def bench_size(vocab: int, batches: list, repeats: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, doc_option=False)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1,

@@ -50,6 +50,7 @@ for a smoke run. Writes ``bench/results/thor.json`` and the THOR section of ``do
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -69,9 +70,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DOC, machine, write_result  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import load_result, machine, parser, splice, write_result  # noqa: E402
 from lit_amp.demos.data import mnist1d_arrays  # noqa: E402
 from lit_amp.demos.nets import CNN1D  # noqa: E402
 from lit_amp.thor import (  # noqa: E402
@@ -83,8 +83,8 @@ from lit_amp.thor import (  # noqa: E402
 from lit_amp.thor.factors import conv_patches  # noqa: E402
 
 try:  # the library K-FAC anchor (pip extra `bench`: asdfghjkl==0.1a5)
-    from _asdl_kfac import CADENCES as ASDL_CADENCES  # noqa: E402
-    from _asdl_kfac import AsdlKfac  # noqa: E402
+    from bench._asdl_kfac import CADENCES as ASDL_CADENCES  # noqa: E402
+    from bench._asdl_kfac import AsdlKfac  # noqa: E402
 except ImportError:  # pragma: no cover - the anchor rows then refuse to run
     AsdlKfac = None
     ASDL_CADENCES = {}
@@ -106,25 +106,17 @@ BUDGET = {  # epochs
     ("cnn", "second"): 20,
 }
 
-# Adam / SGD / kfac: `--tune` (bench/results/thor_tuning.json); asdl, asdl10, thor:
-# `--tune-anchor` (bench/results/thor_asdl_tuning.json, issue #20).
+# Adam / SGD / kfac: `--tune` (thor.json, run "tuning"); asdl, asdl10, thor:
+# `--tune-anchor` (thor.json, run "asdl tuning", issue #20).
 TUNED: dict[str, dict[str, dict[str, Any]]] = {
-    "mlp": {
-        "adam": {"lr": 1e-2},
-        "sgd": {"lr": 0.1},
-        "kfac": {"lr": 0.02, "weight_decay": 0.0},
-        "asdl": {"lr": 0.03, "damping": 0.03, "weight_decay": 0.02},
-        "asdl10": {"lr": 0.03, "damping": 0.03, "weight_decay": 0.02},
-        "thor": {"lr": 0.015, "weight_decay": 0.02, "damping": 0.01},
-    },
-    "cnn": {
-        "adam": {"lr": 3e-2},
-        "sgd": {"lr": 0.1},
-        "kfac": {"lr": 0.005, "weight_decay": 0.02},
-        "asdl": {"lr": 0.02, "damping": 0.03, "weight_decay": 0.02},
-        "asdl10": {"lr": 0.02, "damping": 0.03, "weight_decay": 0.02},
-        "thor": {"lr": 0.02, "weight_decay": 0.02, "damping": 0.03},
-    },
+    "mlp": {"adam": {"lr": 1e-2}, "sgd": {"lr": 0.1}, "kfac": {"lr": 0.02, "weight_decay": 0.0},
+            **{k: {"lr": 0.03, "damping": 0.03, "weight_decay": 0.02}
+               for k in ("asdl", "asdl10")},
+            "thor": {"lr": 0.015, "weight_decay": 0.02, "damping": 0.01}},
+    "cnn": {"adam": {"lr": 3e-2}, "sgd": {"lr": 0.1}, "kfac": {"lr": 0.005, "weight_decay": 0.02},
+            **{k: {"lr": 0.02, "damping": 0.03, "weight_decay": 0.02}
+               for k in ("asdl", "asdl10")},
+            "thor": {"lr": 0.02, "weight_decay": 0.02, "damping": 0.03}},
 }
 # THOR's recipe: statistics every 10 steps (K-FAC's inverse cadence) and the trace rule with
 # omega1 = 0.1 skipping most re-inversions (>= 5x fewer than K-FAC). On the tuning seeds
@@ -212,37 +204,41 @@ class RefKFAC:
             old = torch.eye(new.shape[0], dtype=new.dtype)
         return self.decay * old + (1 - self.decay) * new
 
+    def _factor_step(self, m: nn.Module) -> bool:
+        return m.training and not self.steps % self.factor_every
+
+    def _update(self, st: dict[str, Any], key: str, rows: torch.Tensor) -> None:
+        """Fold ``rows``' covariance into factor ``key``."""
+        cov = rows.t() @ (rows / rows.shape[0])
+        st[key] = self._ema(st[key], (cov + cov.t()) / 2)
+
     def _save_input(self, st: dict[str, Any]) -> Callable:
+        @torch.no_grad()
         def hook(m: nn.Module, inputs: tuple) -> None:
-            if not m.training or self.steps % self.factor_every:
+            if not self._factor_step(m):
                 return
-            with torch.no_grad():
-                x = inputs[0].detach()
-                if isinstance(m, nn.Linear):
-                    a = x.reshape(-1, x.shape[-1])
-                    a = torch.cat([a, a.new_ones(a.shape[0], 1)], 1)
-                else:
-                    spatial = _out_positions(m, x)
-                    a = conv_patches(m, x)
-                    a = torch.cat([a, a.new_ones(a.shape[0], 1)], 1) / spatial
-                cov = a.t() @ (a / a.shape[0])
-                st["A"] = self._ema(st["A"], (cov + cov.t()) / 2)
+            x = inputs[0].detach()
+            if isinstance(m, nn.Linear):
+                a = x.reshape(-1, x.shape[-1])
+                a = torch.cat([a, a.new_ones(a.shape[0], 1)], 1)
+            else:
+                a = conv_patches(m, x)
+                a = torch.cat([a, a.new_ones(a.shape[0], 1)], 1) / _out_positions(m, x)
+            self._update(st, "A", a)
 
         return hook
 
     def _save_grad(self, st: dict[str, Any]) -> Callable:
+        @torch.no_grad()
         def hook(m: nn.Module, grad_in: tuple, grad_out: tuple) -> None:
-            if not m.training or self.steps % self.factor_every:
+            if not self._factor_step(m):
                 return
-            with torch.no_grad():
-                g = grad_out[0].detach()
-                if isinstance(m, nn.Linear):
-                    g = g.reshape(-1, g.shape[-1])
-                else:
-                    spatial = math.prod(g.shape[2:])
-                    g = g.movedim(1, -1).reshape(-1, g.shape[1]) / spatial
-                cov = g.t() @ (g / g.shape[0])
-                st["G"] = self._ema(st["G"], (cov + cov.t()) / 2)
+            g = grad_out[0].detach()
+            if isinstance(m, nn.Linear):
+                g = g.reshape(-1, g.shape[-1])
+            else:
+                g = g.movedim(1, -1).reshape(-1, g.shape[1]) / math.prod(g.shape[2:])
+            self._update(st, "G", g)
 
         return hook
 
@@ -917,54 +913,15 @@ def step_profile(models: list[str], steps: int = 200, repeats: int = 3) -> dict:
     return out
 
 
-def tuning_summary() -> dict:
-    """Per tuned (model/variant): the tuning seeds, the chosen cell and the next best cell
-    (epochs to target median on the tuning seeds), from ``thor_asdl_tuning.json``."""
-    import json
-
-    from _common import RESULTS
-
-    path = RESULTS / "thor_asdl_tuning.json"
-    if not path.exists():
-        return {}
-    res = json.loads(path.read_text())
-    out = {}
-    for key, val in res.items():
-        if not isinstance(val, dict) or "cells" not in val:
-            continue
-        cells = sorted(val["cells"], key=_rank)
-
-        def brief(c: dict) -> dict:
-            return {"lr": c["opts"]["lr"], "damping": c["opts"]["damping"],
-                    "reached": c["reached_target"], "epochs": c["epochs_to_target_median"],
-                    "final": c["final_acc_median"]}
-
-        out[key] = {"seeds": val["seeds"], "chosen": brief(cells[0]),
-                    "next": brief(cells[1]) if len(cells) > 1 else None}
-    return out
-
-
 def write_doc(payload: dict) -> None:
     """Write the THOR section of docs/benchmarks.md (between its markers) from ``payload``."""
-    from _thor_doc import section
+    from bench._thor_doc import section
 
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    new = section({**payload, "tuning": tuning_summary()}, table, LABELS)
-    if "<!-- thor:begin -->" in text:
-        pre, _, rest = text.partition("<!-- thor:begin -->")
-        _, _, post = rest.partition("<!-- thor:end -->")
-        text = pre + new.rstrip("\n") + post
-    else:
-        text = text.rstrip("\n") + "\n\n" + new
-    DOC.write_text(text)
+    splice("thor", section(payload, table, LABELS))
 
 
 def _report_only() -> None:
-    import json
-
-    from _common import RESULTS
-
-    old = json.loads((RESULTS / "thor.json").read_text())
+    old = load_result("thor")
     summary = summarize(old["runs"])
     payload = {k: v for k, v in old.items() if k != "benchmark"}
     payload["summary"] = summary
@@ -1011,12 +968,8 @@ def _timing(models: list[str], variants: list[str], quick: bool, repeats: int) -
 def _only_timing(args: argparse.Namespace) -> None:
     """Re-run only the timing passes (1 and 2 threads, < 3 minutes), merge them into
     ``thor.json`` and rewrite the targets and the docs section (for an idle machine)."""
-    import json
-
-    from _common import RESULTS
-
     t0, load0 = time.time(), os.getloadavg()
-    old = json.loads((RESULTS / "thor.json").read_text())
+    old = load_result("thor")
     models = args.models.split(",")
     timing = _timing(models, MAIN, False, args.timing_repeats)
     timing["thor_threads_interleaved"] = thread_pass(models, 200, 2 * args.timing_repeats)
@@ -1078,12 +1031,8 @@ def split_timing(steps: int, repeats: int) -> dict:
 def _only_split(args: argparse.Namespace) -> None:
     """Run only the CNN matrix-splitting rows (``SPLIT_ROWS``, the reported seeds) and their
     timing pass; merge them into ``thor.json`` and rewrite the docs section (~30 s)."""
-    import json
-
-    from _common import RESULTS
-
     t0, load0 = time.time(), os.getloadavg()
-    old = json.loads((RESULTS / "thor.json").read_text())
+    old = load_result("thor")
     seeds = old["seeds"]
     runs = run_set(["cnn"], SPLIT_ROWS, seeds, False)
     # split=full vs the unsplit main row, one seed: identical trajectories (no factor > 128)
@@ -1105,7 +1054,7 @@ def _only_split(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, doc_option=False)
     ap.add_argument("--quick", action="store_true", help="tiny budgets (smoke run)")
     ap.add_argument("--tune", action="store_true", help="the issue #5 Adam/SGD grids")
     ap.add_argument("--tune-anchor", default="",
@@ -1121,7 +1070,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--extra-kfac", action="store_true",
                     help="also run the self-written K-FAC baseline (labelled extra row)")
     ap.add_argument("--timing-repeats", type=int, default=5)
-    ap.add_argument("--out", default="", help="result name (default thor / thor_threadsN)")
+    ap.add_argument("--out", default="", help="label of this run in thor.json's history "
+                    "(default: the latest run)")
     ap.add_argument("--only-timing", "--only-threads", action="store_true",
                     help="re-run only the 1/2-thread timing passes (< 3 min) into thor.json and "
                          "the docs (for an idle machine)")
@@ -1142,7 +1092,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.tune_decay:
         res = tune_decay()
         print("mean final per factor_decay:", res["mean_final_over_common_cells"], "best:",
-              res["best_factor_decay"], "->", write_result("thor_decay_tuning", res))
+              res["best_factor_decay"], "->", write_result("thor", res, variant="decay tuning"))
         return
     if args.report_only:
         _report_only()
@@ -1196,9 +1146,9 @@ def main(argv: list[str] | None = None) -> None:
         "total_time_s": time.time() - t0,
         "quick": args.quick,
     }
-    name = args.out or ("thor_quick" if args.quick else ("thor" if args.threads == 1 else
-                                                         f"thor_threads{args.threads}"))
-    path = write_result(name, payload)
+    variant = args.out or ("quick" if args.quick else (None if args.threads == 1 else
+                                                       f"threads {args.threads}"))
+    path = write_result("thor", payload, variant=variant)
     payload = {**payload, "machine": machine(), "date": time.strftime("%Y-%m-%d")}
     print(table(summary, list(summary)))
     for k, v in tg.items():
@@ -1209,16 +1159,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _tune_main(args: argparse.Namespace) -> None:
-    import json
-
-    from _common import RESULTS
-
     if args.tune_anchor:
         specs = ([f"{m}:{b}" for m in ("mlp", "cnn") for b in ("asdl", "asdl10", "thor")]
                  if args.tune_anchor == "all" else [args.tune_anchor])
-        old_path = RESULTS / "thor_asdl_tuning.json"
-        old = json.loads(old_path.read_text()) if old_path.exists() else {}
-        old = {k: v for k, v in old.items() if k not in ("benchmark", "machine", "date")}
+        old = load_result("thor", variant="asdl tuning")
+        old = {k: v for k, v in old.items()
+               if k not in ("benchmark", "machine", "date", "variant")}
         old["seeds"], old["grid_note"] = ANCHOR_SEEDS, ANCHOR_NOTE
         for spec in specs:
             model, base, *rest = spec.split(":")
@@ -1226,16 +1172,15 @@ def _tune_main(args: argparse.Namespace) -> None:
             old[f"{model}/{base}"] = tune_anchor(model, base, rounds=int(rest[0]) if rest else 2)
             old[f"{model}/{base}"]["time_s"] = time.time() - t0
             print(spec, "chosen:", old[f"{model}/{base}"]["chosen"], "->",
-                  write_result("thor_asdl_tuning", old), flush=True)
+                  write_result("thor", old, variant="asdl tuning"), flush=True)
         return
-    old_path = RESULTS / "thor_tuning.json"
-    old = json.loads(old_path.read_text()) if old_path.exists() else {}
+    old = load_result("thor", variant="tuning")
     models = args.tune_models.split(",")
     res = {k: v for k, v in old.items() if k in TUNE_GRID}
     res.update(tune(models, args.quick))
     res["seeds"] = TUNE_SEEDS
     res["rule"] = "most seeds reaching the target, then fewest epochs to it, then final acc"
-    path = write_result("thor_tuning", res)
+    path = write_result("thor", res, variant="tuning")
     print("chosen:", {m: res[m]["chosen"] for m in TUNE_GRID if m in res}, "->", path)
 
 

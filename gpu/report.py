@@ -1,15 +1,18 @@
 """``make gpu-report GPU_OUT=<dir>``: a ``make gpu-check`` run's results into the repository.
 
 ``GPU_OUT`` is the folder the GPU machine's results came back to (``gpu_results.tgz`` and
-``gpu_summary.md``, or the unpacked files). The benchmarks' JSON and ``gpu_check.json`` are
-copied into ``bench/results/``; the summary (device, test counts, benchmark tables) replaces
-the part of ``docs/benchmarks.md`` between ``<!-- gpu-report:begin -->`` and
-``<!-- gpu-report:end -->`` (appended as a section when the markers are missing).
+``gpu_summary.md``, or the unpacked files). The benchmarks' JSON and ``gpu_check.json`` go into
+``bench/results/``, each on top of its file with the run it replaces kept under ``"history"``
+(as bench/_common.py's ``write_result`` keeps them); the summary (device, test counts,
+benchmark tables) replaces the part of ``docs/benchmarks.md`` between
+``<!-- gpu-report:begin -->`` and ``<!-- gpu-report:end -->`` (appended as a section when the
+markers are missing).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tarfile
@@ -46,6 +49,16 @@ def replace_section(doc: str, body: str) -> str:
     return doc.rstrip() + "\n\n## On a GPU (make gpu-check)\n\n" + block + "\n"
 
 
+def keep_history(new: Path, dest: Path) -> None:
+    """``new``'s run into ``dest``, the run ``dest`` held moved into its ``"history"``."""
+    run = json.loads(new.read_text())
+    old = json.loads(dest.read_text()) if dest.is_file() else {}
+    history = old.pop("history", [])
+    if old:
+        history.append(old)
+    dest.write_text(json.dumps({**run, "history": history}, indent=2, default=str) + "\n")
+
+
 def report(src: Path, results: Path, doc: Path) -> list[Path]:
     """Copy the JSON results and rewrite the doc section; returns the files written."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,7 +67,7 @@ def report(src: Path, results: Path, doc: Path) -> list[Path]:
         written = []
         for name in KEEP:
             if (folder / name).is_file():
-                shutil.copy(folder / name, results / name)
+                keep_history(folder / name, results / name)
                 written.append(results / name)
         summary = (folder / "gpu_summary.md").read_text()
     # the summary's titles (its own and each benchmark's) become sub-headings of the section

@@ -1,4 +1,4 @@
-"""``bench/online_paired.py``'s arithmetic: a drift of the machine hits the online and the bare
+"""``bench/online/paired.py``'s arithmetic: a drift of the machine hits the online and the bare
 windows alike and leaves the ratio where it is; the cycles pair each online window with the
 bare windows either side of it; the warm-up window is never counted."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import online_paired as paired  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.online import paired, pool, workload  # noqa: E402
 
 
 def _windows(speeds: list[float], share: float, seconds: float) -> list[dict]:
@@ -42,22 +42,20 @@ def test_too_few_cycles_give_no_interval():
 
 def test_the_bare_steps_fresh_batches_are_never_the_same_batch_twice():
     stream = ("criteo", 0.02)
-    fresh = paired.online.FreshBatches(stream, 64, start=5)
+    fresh = workload.FreshBatches(stream, 64, start=5)
     taken = fresh.take(3) + fresh.take(2)  # batches 5-7, then 8-9
     cats = [tuple(features["cat"].flatten().tolist()) for features, _ in taken]
     assert len(set(cats)) == 5  # five distinct batches, none repeated across takes
     # batch k of the stream, whichever take made it
-    (eighth,) = paired.online.bare_batches(stream, 64, 1, start=8)
+    (eighth,) = workload.bare_batches(stream, 64, 1, start=8)
     assert torch.equal(taken[3][0]["cat"], eighth[0]["cat"])
     assert torch.equal(taken[3][1], eighth[1])
     # the recycled 100 start at batch 0: the fresh ones are not among them
-    (zeroth,) = paired.online.bare_batches(stream, 64, 1)
+    (zeroth,) = workload.bare_batches(stream, 64, 1)
     assert not torch.equal(taken[0][0]["cat"], zeroth[0]["cat"])
 
 
 def test_the_pooled_ratio_keeps_every_runs_weight():
-    import online_paired_pool as pool
-
     runs = [{"online_rates": [1, 90, 90, 90], "bare_rates": [100, 100, 100, 100]},
             {"online_rates": [1, 80, 80], "bare_rates": [100, 100, 100]}]
     r = pool.pooled(runs)

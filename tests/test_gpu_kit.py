@@ -147,7 +147,9 @@ def test_results_are_counted_packed_and_reported_into_the_docs(tmp_path):
         assert text.count(report.BEGIN) == 1 and "old" not in text
         assert re.search(r"### gpu-check on NVIDIA H200 .*\n", text)
         assert text.startswith("# Benchmarks\n\nbefore") and text.rstrip().endswith("after")
-    assert json.loads((results / "gpu_amp.json").read_text())["device"] == "NVIDIA H200"
+    kept = json.loads((results / "gpu_amp.json").read_text())
+    assert kept["device"] == "NVIDIA H200"
+    assert kept["history"] == [{"device": "NVIDIA H200"}]  # the first report's run, kept
     assert (results / "gpu_check.json").is_file()
 
 

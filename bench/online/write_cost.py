@@ -13,7 +13,7 @@ windows' (median), the bytes written per second, the writer thread's cores, the 
 lost per GB written and the writer's CPU seconds per GB. Writes
 ``bench/results/write_cost.json``.
 
-    .venv/bin/python bench/write_cost.py                # 26 M rows, 5 rounds, ~5 min
+    .venv/bin/python -m bench.online.write_cost                # 26 M rows, 5 rounds, ~5 min
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -30,12 +29,10 @@ from unittest import mock
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import online  # noqa: E402
-from _common import write_result  # noqa: E402
-from online_paired import alternation_parser, bare_model, machine_busy_s  # noqa: E402
-
-from lit_amp import _io  # noqa: E402
+from bench._common import write_result
+from bench.online import workload
+from bench.online.workload import alternation_parser, bare_model, machine_busy_s
+from lit_amp import _io
 
 #: kind of window -> (through the page cache, bytes gathered at a time, bytes staged for a
 #: direct write); "idle": no writer
@@ -93,12 +90,13 @@ def main() -> None:
     ap.add_argument("--no-producer", dest="producer", action="store_false")
     ap.add_argument("--kinds", nargs="+", choices=list(KINDS)[1:], default=["cached", "direct"],
                     help="the writes beside the bare step (each round also has an idle window)")
-    ap.add_argument("--out", default="write_cost", help="bench/results/<out>.json")
+    ap.add_argument("--variant", default=None,
+                    help="label a trial run in the history of bench/results/write_cost.json")
     o = vars(ap.parse_args())
     kinds = ["idle", *o["kinds"]]
     net, opt, huge, stream = bare_model(o)
-    batches = online.bare_batches(stream, o["batch"], 100)
-    warm = online.run_baseline(5.0, o["batch"], net, opt, batches=batches)
+    batches = workload.bare_batches(stream, o["batch"], 100)
+    warm = workload.run_baseline(5.0, o["batch"], net, opt, batches=batches)
     table = max(net.parameters(), key=lambda p: p.numel())
     tensors = [table.detach(), *(v for v in opt.state[table].values()
                                  if torch.is_tensor(v) and v.shape == table.shape)]
@@ -107,12 +105,12 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="lit_amp_bench_write_cost_"))
     prod = None
     if o["producer"]:
-        ctx = online.mp.get_context("spawn")
+        ctx = workload.mp.get_context("spawn")
         data = root / "data"
         data.mkdir()
         trained = ctx.Value("q", 0, lock=False)
         stop, ready, pause = ctx.Event(), ctx.Event(), ctx.Event()
-        prod = ctx.Process(target=online.producer,
+        prod = ctx.Process(target=workload.producer,
                            args=(str(data), o["batch"], warm["records_per_s"], 20, trained,
                                  stop, ready, str(root / "lands.txt"), stream, pause),
                            daemon=True)
@@ -127,7 +125,7 @@ def main() -> None:
                 busy0, t0 = machine_busy_s(), time.monotonic()
                 if w:
                     w.start()
-                b = online.run_baseline(o["window"], o["batch"], net, opt, batches=batches)
+                b = workload.run_baseline(o["window"], o["batch"], net, opt, batches=batches)
                 wall = time.monotonic() - t0
                 if w:
                     w.stop.set()
@@ -164,7 +162,7 @@ def main() -> None:
         print(f"{kind}: ratio {ratio:.3f}, {gb_s:.2f} GB/s, writer {cores:.2f} cores; loop "
               f"seconds lost per GB {(1 - ratio) / gb_s:.3f}, writer CPU s per GB "
               f"{cores / gb_s:.2f}")
-    print("written:", write_result(o["out"], {
+    print("written:", write_result("write_cost", variant=o.pop("variant"), payload={
         "options": o, "huge_page_fraction": huge, "increment_bytes":
         len(rows) * sum(t.shape[1] * t.element_size() for t in tensors),
         "windows": windows, "summary": summary, "finished": time.strftime("%H:%M:%S")}))

@@ -1,13 +1,13 @@
 """The online loop's records/s over the bare step's, the two measured in alternation.
 
-``bench/online.py --scale`` divides a 150-300 s online phase by a bare step measured before
+``python -m bench.online --scale`` divides a 150-300 s online phase by a bare step measured before
 and after it; this machine's bare step drifts 5-18 % over those minutes, as much as the margin
 of the 0.9 x target. Here the two alternate in one process, so the drift hits both alike:
 ``--online-window`` seconds of ``online_train`` (the producer writing as fast as the trainer
-takes, background checkpoints with row increments, delta publishes: online.py's throughput
+takes, background checkpoints with row increments, delta publishes: workload.py's throughput
 phase), then ``--bare-window`` seconds of the bare step on a second copy of the model (its
 own table and moments, no hooks), and again. The bare step cycles over 100 batches of the
-stream made at the start (bench/bare_batches.py measured no difference from batches never
+stream made at the start (bench/online/bare_batches.py measured no difference from batches never
 trained before, as the online loop's are). The bare window runs inside a callback, so the
 loop waits; the producer is paused, the lit_amp background tasks in flight that are short
 (delta publish, file deletion) are waited for first, that wait counted as online time, and a
@@ -27,21 +27,17 @@ share of time on a CPU and waiting on a run queue for one (``/proc`` schedstat),
 each thread of the process used and the machine's busy cores. Writes
 ``bench/results/online_paired.json``.
 
-    .venv/bin/python bench/online_paired.py                      # 26 M rows, 20 minutes
-    .venv/bin/python bench/online_paired.py --vocab 10000 --seconds 60 --online-window 10 \\
-        --bare-window 5 --out online_paired_smoke                # a smoke run
+    .venv/bin/python -m bench.online.paired                      # 26 M rows, 20 minutes
+    .venv/bin/python -m bench.online.paired --vocab 10000 --seconds 60 --online-window 10 \\
+        --bare-window 5 --variant smoke                # a smoke run
 """
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import gc
 import logging
-import os
-import resource
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -49,77 +45,23 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import online  # noqa: E402  (bench/online.py: the scale model, the phases, the bare step)
-from _common import write_result  # noqa: E402
-
-from lit_amp.callbacks import Callback  # noqa: E402
-from lit_amp.rec import RecModel, huge_pages  # noqa: E402
-from lit_amp.rec.online.snapshot import Snapshot  # noqa: E402
-
-
-def minor_faults() -> int:
-    """Minor page faults this thread has taken (``getrusage(RUSAGE_THREAD)``; 0 where the
-    platform has no per-thread figure): pages first touched, e.g. of a buffer just mapped."""
-    who = getattr(resource, "RUSAGE_THREAD", None)
-    return resource.getrusage(who).ru_minflt if who is not None else 0
-
-
-def run_queue_s() -> float:
-    """Seconds this thread has waited on a run queue for a CPU (``/proc`` schedstat; 0.0
-    where the kernel does not report it)."""
-    try:
-        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def threads_cpu_s() -> dict[str, float]:
-    """Seconds on a CPU of this process's threads, summed by Python thread name (a pool's
-    ``_<n>`` suffix dropped; threads Python does not know by their kernel name), from
-    ``/proc`` schedstat; empty where the kernel does not report it."""
-    names = {t.native_id: t.name.rsplit("_", 1)[0] if t.name.startswith("lit_amp") else t.name
-             for t in threading.enumerate()}
-    out: dict[str, float] = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                ns = int(f.read().split()[0])
-            name = names.get(int(tid))
-            if name is None:
-                with open(f"/proc/self/task/{tid}/comm") as f:
-                    name = "native:" + f.read().strip()
-        except (OSError, IndexError, ValueError):
-            continue
-        out[name] = out.get(name, 0.0) + ns / 1e9
-    return out
-
-
-def machine_busy_s() -> float:
-    """CPU seconds the whole machine has been busy (every CPU's non-idle, non-iowait ticks
-    in ``/proc/stat``); 0.0 where there is none."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0.0
-    busy = sum(v[:8]) - v[3] - v[4]  # user nice system idle iowait irq softirq steal
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_by_thread(before: dict[str, float], after: dict[str, float], seconds: float) -> dict:
-    """Cores used per thread name between two :func:`threads_cpu_s` readings (above 0.01)."""
-    used = {k: (v - before.get(k, 0.0)) / seconds for k, v in after.items()}
-    return {k: round(v, 3) for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0.01}
+from bench import _common as harness
+from bench._common import load_history, parser, write_result
+from bench.online import workload
+from bench.online.workload import (
+    built,
+    cpu_by_thread,
+    machine_busy_s,
+    minor_faults,
+    run_queue_s,
+    threads_cpu_s,
+)
+from lit_amp.callbacks import Callback
+from lit_amp.rec import RecModel
+from lit_amp.rec.online.snapshot import Snapshot
 
 
 class GcPauses:
@@ -249,7 +191,7 @@ class Alternator(Callback):
         try:
             cpu0, mine0, flt0 = time.process_time(), time.thread_time(), minor_faults()
             net, opt = self.bare_model
-            r = online.run_baseline(self.o["bare_window"], self.o["batch"], net, opt,
+            r = workload.run_baseline(self.o["bare_window"], self.o["batch"], net, opt,
                                     batches=self.batches)
             others = (time.process_time() - cpu0) - (time.thread_time() - mine0)
             self.bare.append({"seconds": r["seconds"],
@@ -291,55 +233,12 @@ def paired_ratios(on: list[dict], bare: list[dict]) -> list[float]:
 def bootstrap(on: list[dict], bare: list[dict], n: int = 2000, seed: int = 0) -> list[float]:
     """A 90 % interval of the total ratio, resampling whole cycles (online window ``i`` with
     the bare window after it)."""
-    cycles = list(range(1, min(len(on), len(bare))))
-    if len(cycles) < 3:
-        return []
-    g = np.random.default_rng(seed)
-    stats = []
-    for _ in range(n):
-        pick = g.choice(cycles, len(cycles))
-        stats.append(_rate([on[i] for i in pick]) / _rate([bare[i] for i in pick]))
-    return [float(np.quantile(stats, 0.05)), float(np.quantile(stats, 0.95))]
+    m = min(len(on), len(bare)) - 1  # cycles 1..m
 
+    def ratio(pick):
+        return _rate([on[i + 1] for i in pick]) / _rate([bare[i + 1] for i in pick])
 
-def built(o: dict, stream: tuple) -> tuple:
-    """A scale model with every page written and its big tensors collapsed onto huge pages;
-    with the fraction of those bytes the kernel backs with huge pages."""
-    net, opt = online.scale_model(o["vocab"], o["optimizer"], False)
-    online.fault_in(net, opt, o["batch"], stream)
-    big = [t for t in [*net.parameters(), *(v for st in opt.state.values() for v in st.values()
-                                            if torch.is_tensor(v))]
-           if t.numel() * t.element_size() >= huge_pages.MIN_BYTES]
-    for t in big:
-        huge_pages.collapse(t)
-    total = sum(t.numel() * t.element_size() for t in big)
-    backed = sum(huge_pages.huge_page_bytes(t) for t in big)
-    return net, opt, (backed / total if total else None)
-
-
-def alternation_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
-    """The options of a benchmark alternating settings of the bare step on one model
-    (bench/bare_batches.py, bench/cotenant.py, bench/write_cost.py adds its own)."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--vocab", type=int, default=1_000_000, help="rows per feature")
-    ap.add_argument("--rounds", type=int, default=rounds)
-    ap.add_argument("--window", type=float, default=10.0, help="seconds per window")
-    ap.add_argument("--batch", type=int, default=online.SCALE_BATCH)
-    ap.add_argument("--new-frac", type=float, default=0.02)
-    return ap
-
-
-def alternation_options(doc: str, rounds: int) -> dict:
-    """:func:`alternation_parser`'s options, parsed."""
-    return vars(alternation_parser(doc, rounds).parse_args())
-
-
-def bare_model(o: dict) -> tuple[nn.Module, torch.optim.Optimizer, float | None, tuple]:
-    """One thread, and one scale model (LazyAdam, on huge pages: :func:`built`) for
-    :func:`alternation_options`' ``o``: ``(net, optimizer, huge-page fraction, stream)``."""
-    torch.set_num_threads(1)
-    stream = ("criteo", o["new_frac"])
-    return (*built({**o, "optimizer": "lazyadam"}, stream), stream)
+    return harness.bootstrap(m, ratio, n=n, seed=seed)
 
 
 def run(o: dict) -> dict:
@@ -349,10 +248,10 @@ def run(o: dict) -> dict:
     stream = ("criteo", o["new_frac"])
     net, opt, on_huge = built(o, stream)
     bnet, bopt, bare_huge = built(o, stream)
-    batches = online.bare_batches(stream, o["batch"], 100)
-    online.run_baseline(5.0, o["batch"], bnet, bopt, batches=batches)  # warm-up, not counted
+    batches = workload.bare_batches(stream, o["batch"], 100)
+    workload.run_baseline(5.0, o["batch"], bnet, bopt, batches=batches)  # warm-up, not counted
     model = RecModel(net, nn.BCEWithLogitsLoss(), opt)
-    pause = online.mp.get_context("spawn").Event()
+    pause = workload.mp.get_context("spawn").Event()
     cycle = o["online_window"] + o["bare_window"]
     root = Path(tempfile.mkdtemp(prefix="lit_amp_bench_paired_"))
     print(f"[{o['vocab']:,}] {o['seconds']:.0f} s: online {o['online_window']:.0f} s / bare "
@@ -360,20 +259,20 @@ def run(o: dict) -> dict:
     try:
         with BackgroundTasks() as tasks:
             alt = Alternator(o, (bnet, bopt), batches, pause, tasks)
-            thr = online.run_online(
+            thr = workload.run_online(
                 root / "paired", seconds=o["seconds"], batch=o["batch"], rate=0.0,
                 publish_every=o["publish_every"], warmup=0.0, model=model, stream=stream,
                 ckpt_every=o["ckpt_every"] * cycle / o["online_window"],
                 full_every=o["full_every"], publish={"delta": True}, delete_consumed=True,
                 callbacks=(alt,), pause=pause, producer_nice=o["producer_nice"])
     finally:
-        online.shutil.rmtree(root, ignore_errors=True)
+        workload.shutil.rmtree(root, ignore_errors=True)
     on, bare = alt.online, alt.bare
     per_cycle = paired_ratios(on, bare)
     counted = on[1:len(bare)]  # each with a bare window after it
     total = _rate(counted) / _rate(bare[:len(counted) + 1]) if counted else None
     return {
-        "vocab": o["vocab"], "rows": 26 * o["vocab"], **online.state_bytes(net, opt),
+        "vocab": o["vocab"], "rows": 26 * o["vocab"], **workload.state_bytes(net, opt),
         "huge_page_fraction": {"online": on_huge, "bare": bare_huge},
         "online_records_per_s": _rate(counted) if counted else None,
         "bare_records_per_s": _rate(bare) if bare else None,
@@ -398,19 +297,19 @@ def run(o: dict) -> dict:
         "machine_busy_cores_median": statistics.median(w.get("machine_busy_cores", 0.0)
                                                        for w in counted) if counted else None,
         "online_windows": on, "bare_windows": bare,
-        "checkpoint": online._checkpoint_summary([thr]),
-        "publish": online._publish_summary(thr, o["publish_every"]),
+        "checkpoint": workload._checkpoint_summary([thr]),
+        "publish": workload._publish_summary(thr, o["publish_every"]),
         "stop_reason": thr["stop_reason"],
     }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, doc_option=False)
     ap.add_argument("--vocab", type=int, default=1_000_000, help="rows per feature")
     ap.add_argument("--seconds", type=float, default=1200.0, help="the whole run")
     ap.add_argument("--online-window", type=float, default=40.0)
     ap.add_argument("--bare-window", type=float, default=20.0)
-    ap.add_argument("--batch", type=int, default=online.SCALE_BATCH)
+    ap.add_argument("--batch", type=int, default=workload.SCALE_BATCH)
     ap.add_argument("--ckpt-every", type=float, default=60.0, help="seconds of online time")
     ap.add_argument("--full-every", type=int, default=10)
     ap.add_argument("--publish-every", type=float, default=2.0)
@@ -424,10 +323,15 @@ def main() -> None:
                     help="at a window's end wait for the checkpoint / full-publish writes in "
                          "flight (counted as online time) instead of holding them between "
                          "chunks through the bare window (runs 1-16 waited)")
-    ap.add_argument("--out", default="online_paired")
+    ap.add_argument("--variant", default=None,
+                    help="label a trial run in the history of bench/results/online_paired.json")
     o = vars(ap.parse_args())
     r = run(o)
-    path = write_result(o.pop("out"), {"options": o, **r})
+    variant = o.pop("variant")
+    runs = [h["run"] for h in load_history("online_paired") if "run" in h]
+    if variant is None:  # a numbered run, for bench.online.pool
+        r = {"run": max(runs, default=0) + 1, **r}
+    path = write_result("online_paired", {"options": o, **r}, variant=variant)
     print(f"online {r['online_records_per_s']:,.0f}/s, bare {r['bare_records_per_s']:,.0f}/s: "
           f"ratio {r['ratio']:.3f} (90 % interval {r['ratio_interval_90']}), per-cycle median "
           f"{r['ratio_per_cycle_median']:.3f} over {len(r['ratio_per_cycle'])} cycles; loop "

@@ -1,6 +1,6 @@
 """The bare step with the other core idle against the bare step beside the stream's producer.
 
-bench/online_paired.py runs the producer process (it stands for the upstream system that
+bench/online/paired.py runs the producer process (it stands for the upstream system that
 writes the stream) on the same 2-core machine as the trainer, during the online windows only:
 the bare windows pause it. Whatever a busy neighbour costs a step on this machine (the shared
 L3 cache and memory bandwidth, the hypervisor) therefore lands on the online side of that
@@ -10,37 +10,35 @@ long with it writing one-batch ``.npz`` files at the bare step's own rate (the f
 removed between windows, not timed), ``--rounds`` times. Reports the per-round ratio
 (producer running / paused) and its median; writes ``bench/results/cotenant.json``.
 
-    .venv/bin/python bench/cotenant.py                 # 26 M rows, 12 rounds, ~8 min
+    .venv/bin/python -m bench.online.cotenant                 # 26 M rows, 12 rounds, ~8 min
 """
 
 from __future__ import annotations
 
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import online  # noqa: E402
-from _common import write_result  # noqa: E402
-from online_paired import alternation_options, bare_model  # noqa: E402
+from bench._common import write_result
+from bench.online import workload
+from bench.online.workload import alternation_options, bare_model
 
 
 def main() -> None:
     o = alternation_options(__doc__, rounds=12)
     net, opt, huge, stream = bare_model(o)
-    batches = online.bare_batches(stream, o["batch"], 100)
-    warm = online.run_baseline(5.0, o["batch"], net, opt, batches=batches)
-    ctx = online.mp.get_context("spawn")
+    batches = workload.bare_batches(stream, o["batch"], 100)
+    warm = workload.run_baseline(5.0, o["batch"], net, opt, batches=batches)
+    ctx = workload.mp.get_context("spawn")
     root = Path(tempfile.mkdtemp(prefix="lit_amp_bench_cotenant_"))
     data = root / "data"
     data.mkdir()
     trained = ctx.Value("q", 0, lock=False)
     stop, ready, pause = ctx.Event(), ctx.Event(), ctx.Event()
     pause.set()
-    prod = ctx.Process(target=online.producer,
+    prod = ctx.Process(target=workload.producer,
                        args=(str(data), o["batch"], warm["records_per_s"], 20, trained, stop,
                              ready, str(root / "lands.txt"), stream, pause), daemon=True)
     prod.start()
@@ -48,9 +46,9 @@ def main() -> None:
     rounds = []
     try:
         for i in range(o["rounds"]):
-            a = online.run_baseline(o["window"], o["batch"], net, opt, batches=batches)
+            a = workload.run_baseline(o["window"], o["batch"], net, opt, batches=batches)
             pause.clear()
-            b = online.run_baseline(o["window"], o["batch"], net, opt, batches=batches)
+            b = workload.run_baseline(o["window"], o["batch"], net, opt, batches=batches)
             pause.set()
             time.sleep(0.05)
             written = len(list(data.iterdir()))

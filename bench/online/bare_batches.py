@@ -1,7 +1,7 @@
 """The bare step on fresh batches against the bare step cycling over a fixed 100.
 
-The online loop trains each batch of the stream once; the bare step of bench/online.py and
-bench/online_paired.py cycles over 100 batches made at its start. With power-law ids, a
+The online loop trains each batch of the stream once; the bare step of bench/online and
+bench/online/paired.py cycles over 100 batches made at its start. With power-law ids, a
 fixed 410,000 records touch a fixed set of rare rows, which could sit in the caches on every
 later pass, as the online loop's never do: a bare step faster than it would be on the
 stream. This measures whether it is. Here the two alternate
@@ -10,33 +10,30 @@ seconds over the same 100 batches, then as long over batches never trained befor
 (``online.FreshBatches``, made before the window starts), ``--rounds`` times. Reports the
 per-round ratio fresh / recycled and its median; writes ``bench/results/bare_batches.json``.
 
-    .venv/bin/python bench/bare_batches.py                 # 26 M rows, 15 rounds, ~8 min
+    .venv/bin/python -m bench.online.bare_batches                 # 26 M rows, 15 rounds, ~8 min
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import online  # noqa: E402
-from _common import write_result  # noqa: E402
-from online_paired import alternation_options, bare_model  # noqa: E402
+from bench._common import write_result
+from bench.online import workload
+from bench.online.workload import alternation_options, bare_model
 
 
 def main() -> None:
     o = alternation_options(__doc__, rounds=15)
     net, opt, huge, stream = bare_model(o)
-    recycled = online.bare_batches(stream, o["batch"], 100)
-    fresh = online.FreshBatches(stream, o["batch"])
-    online.run_baseline(5.0, o["batch"], net, opt, batches=recycled)  # warm-up
+    recycled = workload.bare_batches(stream, o["batch"], 100)
+    fresh = workload.FreshBatches(stream, o["batch"])
+    workload.run_baseline(5.0, o["batch"], net, opt, batches=recycled)  # warm-up
     rounds, need = [], 150
     for i in range(o["rounds"]):
         batches = fresh.take(need)
-        a = online.run_baseline(o["window"], o["batch"], net, opt, batches=recycled)
-        b = online.run_baseline(o["window"], o["batch"], net, opt, batches=batches)
+        a = workload.run_baseline(o["window"], o["batch"], net, opt, batches=recycled)
+        b = workload.run_baseline(o["window"], o["batch"], net, opt, batches=batches)
         need = max(need, int(1.3 * max(a["steps"], b["steps"])))
         rounds.append({"recycled": a["records_per_s"], "fresh": b["records_per_s"],
                        "fresh_steps": b["steps"], "fresh_batches": len(batches),

@@ -1,8 +1,8 @@
 """Benchmark: the online fault suite at recommendation scale (kill -9 and SIGTERM at 26 M rows).
 
 The heavy cases of ``tests/faults`` run here instead of in ``make test``. A worker process
-trains the scale axis's Wide&Deep of ``bench/online.py`` (26 x ``--vocab`` hashed rows, sparse
-gradients, LazyAdam) with ``RecModel.online_train`` from a ``DirectorySource`` that deletes
+trains the scale axis's Wide&Deep of ``python -m bench.online`` (26 x ``--vocab`` hashed rows,
+sparse gradients, LazyAdam) with ``RecModel.online_train`` from a ``DirectorySource`` that deletes
 consumed files, background checkpoints every ``--ckpt-every`` s and delta publishes every 2 s
 (a background full snapshot every ``--full-every`` publishes). A producer process writes
 Criteo-like one-batch ``.npz`` files at ``--rate`` records/s; every 50th file holds a poison
@@ -19,8 +19,8 @@ the stream is idle. Checked, and the run fails otherwise:
   one just after the newest the trainer reported; at the end it serves exactly the trained
   weights (CRC32 of every tensor).
 
-    .venv/bin/python bench/online_faults.py                   # 26 x 10^6 rows, ~6 min
-    .venv/bin/python bench/online_faults.py --vocab 10000     # a quick look
+    .venv/bin/python -m bench.online.faults                   # 26 x 10^6 rows, ~6 min
+    .venv/bin/python -m bench.online.faults --vocab 10000     # a quick look
 """
 
 from __future__ import annotations
@@ -49,14 +49,13 @@ import numpy as np
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result  # noqa: E402
-from online import CriteoLike, scale_model  # noqa: E402
-
-from lit_amp.callbacks import Callback  # noqa: E402
-from lit_amp.rec import CheckpointOptions, PublishOptions, RecModel  # noqa: E402
-from lit_amp.rec.publish import list_checkpoints, load_published  # noqa: E402
-from lit_amp.rec.sources import DirectorySource, write_shard  # noqa: E402
+from bench._common import parser, write_result
+from bench.online.workload import CriteoLike, scale_model
+from lit_amp.callbacks import Callback
+from lit_amp.rec import CheckpointOptions, PublishOptions, RecModel
+from lit_amp.rec.online.checkpoint_files import list_checkpoints
+from lit_amp.rec.serving.reader import load_published
+from lit_amp.rec.sources import DirectorySource, write_shard
 
 POISON_EVERY = 50
 KINDS = ("step", "checkpoint", "publish", "sigterm")
@@ -378,7 +377,7 @@ def final_run(d: Dirs, cmd: list[str]) -> dict:
 def run_suite(a: argparse.Namespace) -> dict:
     root = Path(tempfile.mkdtemp(prefix="lit_amp_bench_faults_"))
     d = Dirs(root)
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--vocab", str(a.vocab),
+    cmd = [sys.executable, "-m", "bench.online.faults", "--worker", "--vocab", str(a.vocab),
            "--batch", str(a.batch), "--ckpt-every", str(a.ckpt_every), "--full-every",
            str(a.full_every), "--ckpt-full-every", str(a.ckpt_full_every),
            "--idle", str(a.idle), "--data", str(d.data), "--ckpt",
@@ -423,7 +422,7 @@ def run_suite(a: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, doc_option=False)
     ap.add_argument("--vocab", type=int, default=1_000_000, help="rows per feature")
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--rate", type=float, default=20_000.0, help="records/s produced")
@@ -437,7 +436,8 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=5.0, help="the worker's max_idle_s")
     ap.add_argument("--min-steps", type=int, default=100, help="a step fault: steps, at least")
     ap.add_argument("--seed", type=int, default=26)
-    ap.add_argument("--out", default="online_faults")
+    ap.add_argument("--variant", default=None,
+                    help="label a trial run in the history of bench/results/online_faults.json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     for name in ("data", "ckpt", "publish", "log", "publog"):
         ap.add_argument(f"--{name}", help=argparse.SUPPRESS)
@@ -454,7 +454,7 @@ def main() -> None:
     print(f"{result['records_produced']:,} produced, {result['distinct_trained']:,} trained, "
           f"{result['duplicated']:,} duplicated (= rolled back), {result['dead_letters']} "
           f"dead letters for {result['poison_rows']} poison rows")
-    print("written:", write_result(a.out, result))
+    print("written:", write_result("online_faults", result, variant=a.variant))
 
 
 if __name__ == "__main__":

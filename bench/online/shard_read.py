@@ -3,31 +3,26 @@
 whole-array shortcut for clean shards.
 
 ``DirectorySource`` reads a shard in the training loop at every step (one 4,096-record shard
-per step in the 26 M-row benchmark, ``bench/online_paired.py``), so the shard's read and check
+per step in the 26 M-row benchmark, ``bench/online/paired.py``), so the shard's read and check
 are paid per step. The shards are ``np.savez`` files of ``SyntheticClickSource`` columns, in
 the page cache. Both variants read the same shards in interleaved rounds; the result is the
 median time per shard and the median per-round ratio. Writes ``bench/results/shard_read.json``.
 
-    .venv/bin/python bench/shard_read.py
+    .venv/bin/python -m bench.online.shard_read
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import interleaved, write_result  # noqa: E402
-
-from lit_amp.rec.sources import SyntheticClickSource, write_shard  # noqa: E402
-from lit_amp.rec.sources.npz import read_npz  # noqa: E402
-from lit_amp.rec.sources.schema import ClickSchema  # noqa: E402
+from bench._common import measure, parser, write_result
+from lit_amp.rec.sources import SyntheticClickSource, write_shard
+from lit_amp.rec.sources.npz import read_npz
+from lit_amp.rec.sources.schema import ClickSchema
 
 
 class _RowByRow(ClickSchema):
@@ -38,11 +33,7 @@ class _RowByRow(ClickSchema):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=4096)
-    ap.add_argument("--shards", type=int, default=100)
-    ap.add_argument("--repeats", type=int, default=15)
-    o = ap.parse_args()
+    o = parser(__doc__, doc_option=False, batch=4096, shards=100, repeats=15).parse_args()
     torch.set_num_threads(1)
     folder = tempfile.mkdtemp()
     gen = SyntheticClickSource(batch_size=o.batch, seed=0)
@@ -58,14 +49,15 @@ def main() -> None:
         for p in paths:
             new_schema.check_columns(read_npz(p))
 
-    times = interleaved({"before": before, "after": after}, o.repeats)
-    per_shard = {k: statistics.median(v) / o.shards for k, v in times.items()}
-    ratios = [b / a for b, a in zip(times["before"], times["after"])]
+    m = measure({"after": after, "before": before}, o.repeats)
+    per_shard = {k: v / o.shards for k, v in m.medians().items()}
+    ratios = m.ratios("before")
     result = {
         "options": vars(o),
         "ms_per_shard": {k: round(v * 1e3, 4) for k, v in per_shard.items()},
         "speedup_median": round(statistics.median(ratios), 3),
         "speedup_per_round": [round(r, 3) for r in ratios],
+        "speedup_interval_90": m.interval("before"),
     }
     write_result("shard_read", result)
     print(result["ms_per_shard"], "speed-up", result["speedup_median"])

@@ -1,32 +1,24 @@
-"""The paired ratio of several ``bench/online_paired.py`` runs taken together.
+"""The paired ratio of several ``python -m bench.online.paired`` runs taken together.
 
 One 20-minute run has 19 cycles, and its 90 % interval is about +-0.015 wide: too wide to tell
 0.905 from 0.895. Runs of the same code are independent samples of the same cycles, so their
-cycles can be pooled. Reads ``bench/results/online_paired_runs.json``; the runs are chosen by
+cycles can be pooled. Reads the numbered runs in ``bench/results/online_paired.json``; chosen by
 their number in that file (1-based, as docs/benchmarks.md numbers them). A cycle is online
 window ``i`` (``i >= 1``; 0 is the warm-up) with the mean of the bare windows either side, as
-``paired_ratios`` in online_paired.py. The pooled ratio is the sum of the cycles' online rates
+``paired_ratios`` in paired.py. The pooled ratio is the sum of the cycles' online rates
 over the sum of their bare rates (the windows are of equal length); the interval is a
 bootstrap that resamples the cycles of each run within that run (2,000 draws), so every run
-keeps its weight. Prints the result; ``--write`` stores it in
-``bench/results/online_paired_pool.json``.
+keeps its weight. Prints the result; ``--write`` stores it in the history of
+``bench/results/online_paired.json`` (labelled ``pool``).
 
-    .venv/bin/python bench/online_paired_pool.py --runs 7 8 9 10
+    .venv/bin/python -m bench.online.pool --runs 7 8 9 10
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result  # noqa: E402
-
-RUNS = Path(__file__).resolve().parent / "results" / "online_paired_runs.json"
+from bench._common import load_history, parser, write_result
 
 
 def cycles(run: dict) -> np.ndarray:
@@ -54,23 +46,23 @@ def pooled(runs: list[dict], draws: int = 2000, seed: int = 0) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, doc_option=False)
     ap.add_argument("--runs", type=int, nargs="+", required=True,
-                    help="run numbers in online_paired_runs.json (1-based)")
+                    help="run numbers in the history of bench/results/online_paired.json")
     ap.add_argument("--write", action="store_true",
-                    help="store bench/results/online_paired_pool.json")
+                    help="store it in the history of bench/results/online_paired.json")
     a = ap.parse_args()
-    every = json.loads(RUNS.read_text())["runs"]
-    bad = [n for n in a.runs if not 1 <= n <= len(every)]
+    every = {h["run"]: h for h in load_history("online_paired") if "run" in h}
+    bad = [n for n in a.runs if n not in every]
     if bad:
-        ap.error(f"--runs: {bad} not in 1..{len(every)}")
-    chosen = [every[n - 1] for n in a.runs]
+        ap.error(f"--runs: {bad} not among the stored runs {sorted(every)}")
+    chosen = [every[n] for n in a.runs]
     r = {"runs": a.runs, "commits": [c["commit"] for c in chosen], **pooled(chosen)}
     print(f"runs {a.runs}: pooled ratio {r['ratio']:.4f}, 90 % interval "
           f"{r['ratio_interval_90'][0]:.4f}-{r['ratio_interval_90'][1]:.4f} over {r['cycles']} "
           f"cycles ({r['cycles_below_0.9']} below 0.9)")
     if a.write:
-        print("written:", write_result("online_paired_pool", r))
+        print("written:", write_result("online_paired", r, variant="pool"))
 
 
 if __name__ == "__main__":

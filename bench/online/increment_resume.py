@@ -1,7 +1,7 @@
 """What reading a chain of row-increment checkpoints costs a resume, at 26 M rows.
 
-``bench/online.py``'s scale model (5.3 GB of weights and LazyAdam state) is checkpointed whole
-through :class:`~lit_amp.rec.online.snapshot.Snapshots`, then ``--increments`` times after a
+``python -m bench.online``'s scale model (5.3 GB of weights and LazyAdam state) is checkpointed
+whole through :class:`~lit_amp.rec.online.snapshot.Snapshots`, then ``--increments`` times after a
 LazyAdam step that changes ``--fraction`` of the table's rows (random rows, a real sparse
 gradient), each a row increment of the previous file. Then, ``--repeats`` times each, the
 time :func:`~lit_amp.serialization.load_checkpoint` takes to read the whole file and the
@@ -9,15 +9,13 @@ end of chains of several lengths, with the page cache dropped before each read w
 process may (root), as a restarted machine reads them; each result is checked against the
 state of its step. Writes ``bench/results/increment_resume.json``.
 
-    .venv/bin/python bench/increment_resume.py [--vocab 1000000] [--increments 9]
+    .venv/bin/python -m bench.online.increment_resume [--vocab 1000000] [--increments 9]
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import zlib
@@ -25,12 +23,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import online  # noqa: E402  (bench/online.py: the scale model)
-from _common import write_result  # noqa: E402
-
-from lit_amp.rec.online.snapshot import Snapshots  # noqa: E402
-from lit_amp.serialization import load_checkpoint  # noqa: E402
+from bench._common import parser, write_result
+from bench.online import workload
+from lit_amp.rec.online.snapshot import Snapshots
+from lit_amp.serialization import load_checkpoint
 
 
 def drop_caches() -> bool:
@@ -68,14 +64,10 @@ def touch(net: torch.nn.Module, opt: torch.optim.Optimizer, fraction: float) -> 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vocab", type=int, default=1_000_000)
-    ap.add_argument("--increments", type=int, default=9)
-    ap.add_argument("--fraction", type=float, default=0.4)
-    ap.add_argument("--repeats", type=int, default=2)
-    args = ap.parse_args()
+    args = parser(__doc__, doc_option=False, vocab=1_000_000, increments=9, fraction=0.4,
+                  repeats=2).parse_args()
     torch.set_num_threads(1)
-    net, opt = online.scale_model(args.vocab, "lazyadam", False)
+    net, opt = workload.scale_model(args.vocab, "lazyadam", False)
     touch(net, opt, args.fraction)  # the moments exist
     for p in net.parameters():
         p.grad = None

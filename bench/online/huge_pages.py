@@ -1,32 +1,23 @@
 """Huge pages for the embedding tables: the bare step of the 26 M-row Wide&Deep, side by side.
 
-Two copies of ``bench/online.py``'s scale model in one process (5.3 GB of state each): one
+Two copies of ``python -m bench.online``'s scale model in one process (5.3 GB of state each): one
 whose table and LazyAdam moments are allocated as torch does (4 KiB pages), one as lit_amp does
 (:mod:`lit_amp.rec.huge_pages`). The bare step (no Lightning, no files, batch 4096, one thread)
 alternates between them in short windows, so the machine's drift hits both alike; the result
 is the median of the per-round ratios. Writes ``bench/results/huge_pages.json``.
 
-    .venv/bin/python bench/huge_pages.py [--vocab 1000000] [--rounds 12] [--window 2]
+    .venv/bin/python -m bench.online.huge_pages [--vocab 1000000] [--rounds 12] [--window 2]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
-import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import online  # noqa: E402  (bench/online.py: the scale model and the bare step)
-from _common import machine  # noqa: E402
-
-from lit_amp.rec import huge_pages  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results" / "huge_pages.json"
+from bench._common import parser, write_result
+from bench.online import workload
+from lit_amp.rec import huge_pages
 
 
 def _model(vocab: int, huge: bool, batch: int, stream: tuple) -> tuple:
@@ -34,8 +25,8 @@ def _model(vocab: int, huge: bool, batch: int, stream: tuple) -> tuple:
     if not huge:
         huge_pages._advise = lambda t: None  # torch's own allocation
     try:
-        net, opt = online.scale_model(vocab, "lazyadam", False)
-        online.fault_in(net, opt, batch, stream)  # the moments exist and every page is touched
+        net, opt = workload.scale_model(vocab, "lazyadam", False)
+        workload.fault_in(net, opt, batch, stream)  # the moments exist and every page is touched
     finally:
         huge_pages._advise = advise
     w = net.embedding.weight
@@ -45,27 +36,25 @@ def _model(vocab: int, huge: bool, batch: int, stream: tuple) -> tuple:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__, doc_option=False)
     p.add_argument("--vocab", type=int, default=1_000_000, help="rows per feature (26 features)")
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--window", type=float, default=2.0, help="seconds per model and round")
-    p.add_argument("--batch", type=int, default=online.SCALE_BATCH)
+    p.add_argument("--batch", type=int, default=workload.SCALE_BATCH)
     a = p.parse_args()
     torch.set_num_threads(1)
     stream = ("criteo", 0.02)
     models = {kind: _model(a.vocab, kind == "huge", a.batch, stream) for kind in ("plain", "huge")}
     rates: dict[str, list[float]] = {"plain": [], "huge": []}
     for kind in models:  # warm-up
-        online.run_baseline(a.window, a.batch, *models[kind][:2], stream, n_batches=100)
+        workload.run_baseline(a.window, a.batch, *models[kind][:2], stream, n_batches=100)
     for i in range(a.rounds):
         order = ("plain", "huge") if i % 2 == 0 else ("huge", "plain")
         for kind in order:
-            r = online.run_baseline(a.window, a.batch, *models[kind][:2], stream, n_batches=100)
+            r = workload.run_baseline(a.window, a.batch, *models[kind][:2], stream, n_batches=100)
             rates[kind].append(r["records_per_s"])
     ratios = [h / p for h, p in zip(rates["huge"], rates["plain"])]
     result = {
-        "benchmark": "huge_pages", "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
         "rows": 26 * a.vocab, "batch": a.batch, "threads": 1, "window_s": a.window,
         "rounds": a.rounds,
         "huge_page_bytes": {k: m[2] for k, m in models.items()},
@@ -73,7 +62,7 @@ def main() -> None:
         "median_records_per_s": {k: statistics.median(v) for k, v in rates.items()},
         "ratios_huge_over_plain": ratios, "median_ratio": statistics.median(ratios),
     }
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    print("written:", write_result("huge_pages", result))
     med = result["median_records_per_s"]
     print(f"bare step at {26 * a.vocab:,} rows: plain {med['plain']:,.0f}/s, huge pages "
           f"{med['huge']:,.0f}/s, paired ratio "
