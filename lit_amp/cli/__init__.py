@@ -15,9 +15,9 @@ from lit_amp._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "main": "lit_amp.cli.app",
-    "CONF_DIR": "lit_amp.cli.app",
-    "CONFIG_NAME": "lit_amp.cli.app",
-    "CONFIG_PATH": "lit_amp.cli.app",
+    "CONF_DIR": "lit_amp.cli.schema",
+    "CONFIG_NAME": "lit_amp.cli.schema",
+    "CONFIG_PATH": "lit_amp.cli.schema",
     "ConfigError": "lit_amp.cli.schema",
 }
 

@@ -32,10 +32,7 @@ traceback, and the console script exits at once after it; a missing package and 
 checkpoint file) are refused before torch is imported. Importing this
 module (and ``lit-amp --help`` / ``--cfg job``) imports neither torch nor Lightning.
 
-Example:
-    >>> from lit_amp.cli.app import CONF_DIR
-    >>> (CONF_DIR / "config.yaml").is_file()
-    True
+The config tree's location is :data:`lit_amp.cli.schema.CONF_DIR`.
 """
 
 from __future__ import annotations
@@ -44,22 +41,14 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lit_amp.cli.schema import ConfigError
+from lit_amp.cli.schema import CONFIG_NAME, CONFIG_PATH, ConfigError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-__all__ = ["CONF_DIR", "CONFIG_NAME", "CONFIG_PATH", "main"]
-
-#: The primary config of ``conf/``.
-CONFIG_NAME = "config"
-#: The config tree ``lit-amp`` composes from (package data of ``lit_amp.cli``).
-CONF_DIR: Path = Path(__file__).resolve().parent / "conf"
-#: Hydra's search path of that tree (found from an installed wheel, too).
-CONFIG_PATH = "pkg://lit_amp.cli.conf"
+__all__ = ["main"]
 
 
 def _exit_if_jobs_failed(failed: list[str], results: list[float | None]) -> None:
@@ -200,7 +189,7 @@ def _main(argv: list[str] | None) -> float | None:
                 guard_composition(grants):  # every composed config, before Hydra builds any
             app()
     except sweep_state.SweepInterrupted as exc:
-        raise sweep_state.interrupted_exit(exc) from None
+        raise sweep_summary.interrupted_exit(exc) from None
     finally:
         sys.argv = saved
         sweep_state.resume_active = False

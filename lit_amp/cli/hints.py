@@ -32,6 +32,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from lit_amp.cli.schema import CONF_DIR
+
 __all__ = ["closest", "hint", "names_near", "unknown_key_hints"]
 
 #: how many names a hint offers at most
@@ -89,8 +91,6 @@ def hint(key: str, candidates: Sequence[str]) -> str:
 
 def _groups() -> list[str]:
     """The config groups of ``conf/`` (``amp``, ``hydra/launcher``, ...)."""
-    from lit_amp.cli.app import CONF_DIR
-
     out = []
     for path in sorted(CONF_DIR.rglob("*")):
         if path.is_dir() and not path.name.startswith(("_", ".")):

@@ -1,9 +1,12 @@
-"""The typed schema of ``lit-amp``'s config tree (``conf/``), registered in Hydra's ConfigStore.
+"""The typed schema of ``lit-amp``'s config tree (``conf/``, at :data:`CONF_DIR`), registered in
+Hydra's ConfigStore.
 
 ``conf/config.yaml`` lists ``lit_amp_schema`` first in its defaults, so a value of the wrong
 type (``epochs=abc``, ``amp.level=O7``) fails at composition with Hydra's one-line message.
-Also here: :class:`ConfigError` (a rejected value, reported without a traceback) and the two
-node helpers the build and run steps share. Imports no torch and no Lightning.
+Also here: :class:`ConfigError` (a rejected value, reported without a traceback), the
+resolvers the launcher's config uses and :func:`check_request` (their error raised as itself at
+composition), and the two node helpers the build and run steps share. Imports no torch and no
+Lightning.
 
 Example:
     >>> LitAmpSchema().mode, LitAmpSchema().amp.level
@@ -16,6 +19,7 @@ import dataclasses
 import os
 import time
 from enum import Enum
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -32,14 +36,24 @@ __all__ = [
     "BoostSchema",
     "LitAmpSchema",
     "ConfigError",
+    "CONF_DIR",
+    "CONFIG_NAME",
+    "CONFIG_PATH",
     "SCHEMA_NAME",
     "run_id",
+    "check_request",
     "slurm_devices",
     "slurm_gpus",
 ]
 
 #: The name ``conf/config.yaml``'s defaults list gives the schema.
 SCHEMA_NAME = "lit_amp_schema"
+#: The primary config of ``conf/``.
+CONFIG_NAME = "config"
+#: The config tree ``lit-amp`` composes from (package data of ``lit_amp.cli``).
+CONF_DIR: Path = Path(__file__).resolve().parent / "conf"
+#: Hydra's search path of that tree (found from an installed wheel, too).
+CONFIG_PATH = "pkg://lit_amp.cli.conf"
 
 
 class Mode(Enum):
@@ -153,6 +167,30 @@ def slurm_gpus(accelerator: Any, devices: Any) -> int | None:
     if str(accelerator).strip().lower() in ("gpu", "cuda", "auto"):
         return slurm_devices(devices)
     return None
+
+
+def check_request(cfg: Any) -> None:
+    """At composition: the launcher's per-node counts resolve, or their ``ConfigError``
+    (``trainer.devices=auto``) is raised as itself, not inside Hydra's traceback of the
+    launcher it could not build.
+
+    Raises:
+        ConfigError: ``hydra.launcher.tasks_per_node`` / ``gpus_per_node`` cannot be resolved
+            to what SLURM needs (see :func:`slurm_devices`).
+    """
+    from omegaconf.errors import InterpolationResolutionError
+
+    launcher = OmegaConf.select(cfg, "hydra.launcher", default=None)
+    if launcher is None or "lit_amp" not in str(launcher.get("_target_", "")):
+        return
+    for key in ("tasks_per_node", "gpus_per_node"):
+        try:
+            launcher.get(key)
+        except InterpolationResolutionError as exc:
+            cause = exc.__cause__ or exc.__context__  # OmegaConf raises it during the handling
+            if isinstance(cause, ConfigError):
+                raise cause from None
+            raise
 
 
 def _agent_start_time() -> str | None:

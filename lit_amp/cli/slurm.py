@@ -43,7 +43,7 @@ from hydra.errors import CompactHydraException
 
 from lit_amp.cli.schema import ConfigError
 
-__all__ = ["SlurmJobError", "check_request", "forward_signal_setup", "gpus_of", "launch",
+__all__ = ["SlurmJobError", "forward_signal_setup", "gpus_of", "launch",
            "preflight", "record_lost", "watch"]
 
 log = logging.getLogger(__name__)
@@ -51,31 +51,6 @@ log = logging.getLogger(__name__)
 
 class SlurmJobError(CompactHydraException):
     """A SLURM job of a sweep that cannot give a result (Hydra prints the message)."""
-
-
-def check_request(cfg: Any) -> None:
-    """At composition: the launcher's per-node counts resolve, or their ``ConfigError``
-    (``trainer.devices=auto``) is raised as itself, not inside Hydra's traceback of the
-    launcher it could not build.
-
-    Raises:
-        ConfigError: ``hydra.launcher.tasks_per_node`` / ``gpus_per_node`` cannot be resolved
-            to what SLURM needs (see :func:`lit_amp.cli.schema.slurm_devices`).
-    """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import InterpolationResolutionError
-
-    launcher = OmegaConf.select(cfg, "hydra.launcher", default=None)
-    if launcher is None or "lit_amp" not in str(launcher.get("_target_", "")):
-        return
-    for key in ("tasks_per_node", "gpus_per_node"):
-        try:
-            launcher.get(key)
-        except InterpolationResolutionError as exc:
-            cause = exc.__cause__ or exc.__context__  # OmegaConf raises it during the handling
-            if isinstance(cause, ConfigError):
-                raise cause from None
-            raise
 
 
 def _run(argv: list[str], what: str) -> str:

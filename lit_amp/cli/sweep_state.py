@@ -34,7 +34,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -440,20 +439,3 @@ def interruptible(enabled: bool) -> Iterator[None]:
         yield
     finally:
         signals.restore()
-
-
-def interrupted_exit(exc: SweepInterrupted) -> SystemExit:
-    """Summarize the interrupted sweep (every job's state), say how to resume; the exit."""
-    from lit_amp.cli.sweep_summary import summarize
-
-    where = current_sweep_dir
-    table = None
-    if where is not None:
-        with contextlib.suppress(Exception):
-            table = summarize(where, plot=False)
-    if table is not None:
-        print(f"\nlit-amp sweep summary ({where}/summary.md):\n{table}", flush=True)
-    print(f"lit-amp: the sweep was interrupted by {exc.name}"
-          + (f"; run the same command with {RESUME_FLAG} to run the jobs that are not done"
-             if where is not None else "") + ".", file=sys.stderr, flush=True)
-    return SystemExit(128 + int(exc.signum))

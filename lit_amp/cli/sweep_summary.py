@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -41,6 +42,7 @@ __all__ = [
     "plot_curves",
     "summarize",
     "failures",
+    "interrupted_exit",
     "last_failures",
     "SweepSummary",
     "main",
@@ -393,6 +395,22 @@ class SweepSummary(_HydraCallback):
         print(f"\nlit-amp sweep summary ({sweep_dir}/summary.md):\n{table}", flush=True)
 
 
+def interrupted_exit(exc: sweep_state.SweepInterrupted) -> SystemExit:
+    """Summarize the interrupted sweep (every job's state), say how to resume; the exit."""
+    where = sweep_state.current_sweep_dir
+    table = None
+    if where is not None:
+        with contextlib.suppress(Exception):
+            table = summarize(where, plot=False)
+    if table is not None:
+        print(f"\nlit-amp sweep summary ({where}/summary.md):\n{table}", flush=True)
+    resume = (f"; run the same command with {sweep_state.RESUME_FLAG} to run the jobs that "
+              "are not done" if where is not None else "")
+    print(f"lit-amp: the sweep was interrupted by {exc.name}{resume}.", file=sys.stderr,
+          flush=True)
+    return SystemExit(128 + int(exc.signum))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m lit_amp.cli.sweep_summary SWEEP_DIR``: (re)write and print a sweep's summary.
 
@@ -415,3 +433,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+

@@ -478,7 +478,7 @@ def guard_composition(grants: Grants | None = None) -> Iterator[Grants]:
     """
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    from lit_amp.cli.slurm import check_request
+    from lit_amp.cli.schema import check_request
 
     original = ConfigLoaderImpl.load_configuration
     original_sweep = ConfigLoaderImpl.load_sweep_config
