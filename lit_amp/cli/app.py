@@ -1,38 +1,13 @@
 """The ``lit-amp`` command: the Hydra application that composes lit_amp from ``conf/``.
 
-``lit-amp`` (also ``python -m lit_amp``) trains the default experiment, MNIST-1D's CNN through
-``Model.fit`` (what ``make demo`` runs); every option is a config group of ``conf/``::
-
-    lit-amp                                        # the default experiment
-    lit-amp amp=O3 boost=O1 optimizer=thor trainer=ddp_sim
-    lit-amp mode=eval ckpt_path=runs/train/<run>/checkpoints/mnist1d_cnn-30_40.ckpt
-    lit-amp mode=online experiment=online
-    lit-amp -m amp=O0,O1,O2,O3                     # one result.json per run + a summary
-    lit-amp --help                                 # the groups and their options
-
-The :mod:`lit_amp.cli` package, in the order a run goes through it:
-
-- :mod:`~lit_amp.cli.schema` — the typed schema (enums, dataclasses) in Hydra's ConfigStore;
-- :mod:`~lit_amp.cli.build` — ``build(cfg)``: data, network, loss, metrics, optimizer (THOR
-  from the network), loss-scale manager, callbacks, loggers, Trainer arguments and the
-  ``Model`` (``RecModel`` for ``mode=online``, ``ThorModel`` for THOR), every ``_target_``
-  through :func:`lit_amp.cli.instantiate.instantiate`;
-- :mod:`~lit_amp.cli.run` — ``run(cfg)``: train / evaluate / train online, print a metrics
-  table, write ``result.json`` (rank 0), return ``cfg.optimized_metric`` for sweepers;
-- :mod:`~lit_amp.cli.launch` — DDP worker processes inside Hydra runs and sweeps;
-- :mod:`~lit_amp.cli.sweep_summary` — ``summary.md/.json/.png`` after a ``-m`` sweep;
-- :mod:`~lit_amp.cli.sweep_state` — every job's state, an interrupted sweep, ``--resume``;
-- :mod:`~lit_amp.cli.hints` — the closest names for a misspelled group or key.
-
-``conf/`` is package data (``pkg://lit_amp.cli.conf``), so an installed wheel finds it.
-Mistakes in the configuration (an unknown option, a value of the wrong type, an argument a
-lit_amp class rejects, a missing package) are reported by Hydra as one message, not a
-traceback, and the console script exits at once after it; a missing package and the values
-:mod:`~lit_amp.cli.precheck` checks (``data.batch_size=-1``, a ``ckpt_path`` that is no
-checkpoint file) are refused before torch is imported. Importing this
-module (and ``lit-amp --help`` / ``--cfg job``) imports neither torch nor Lightning.
-
-The config tree's location is :data:`lit_amp.cli.schema.CONF_DIR`.
+``lit-amp`` (also ``python -m lit_amp``) trains the default experiment; every option is a
+config group (``lit-amp amp=O3 boost=O1 trainer=ddp_sim``, ``lit-amp -m amp=O0,O1,O2,O3``,
+``lit-amp --help``). :func:`main` rewrites template keys (:mod:`~lit_amp.cli.aliases`), checks
+the command line and every composed config against the trust rules (:mod:`~lit_amp.cli.trust`),
+refuses what needs no torch to refuse (:mod:`~lit_amp.cli.precheck`), then runs
+(:mod:`~lit_amp.cli.run`). A configuration mistake is one message, not a traceback. The config
+tree is package data (:data:`lit_amp.cli.schema.CONF_DIR`). Importing this module (and
+``lit-amp --help``) imports neither torch nor Lightning.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """The job side of ``hydra/launcher=slurm``: a SLURM signal stops training after the step in
 progress, the loop writes the backup, then the job is requeued or ends.
 
-One owner decides what a signal does: submitit (hydra-submitit-launcher). It submitted the job
-with ``--signal=USR2@signal_delay_s``, holds the pickled submission a requeued job runs again
-and counts the time-outs (``max_num_timeout``). Lightning's SLURM auto-requeue is off
-(:func:`trainer_kwargs`: ``SLURMEnvironment(auto_requeue=False)``); it would save an
-``hpc_ckpt`` inside its SIGUSR1 handler and requeue the job a second time. submitit's own
-handler would write its checkpoint, requeue and exit inside the handler, in the middle of a
-step; here its work is deferred to a step boundary:
-
-1. :func:`run_task` (each SLURM task of a job) replaces submitit's handlers of its signal and
-   of SIGTERM with ones that only record the signal;
-2. the run's :class:`~lit_amp.callbacks.on_request_exit.StopOnSignal` (:func:`callbacks`)
-   stops training after the step in progress on every rank, and a ``BackupAndRestore``
-   (``callbacks=fault_tolerant``) writes the position at that step boundary;
-3. :func:`check_stopped` (right after ``Model.fit``) skips evaluation and ``result.json``;
-   :func:`run_task` then hands over. submitit's signal (the time limit is near) and the SIGTERM
-   of the time limit itself go to submitit's handler: it requeues the job and counts a
-   time-out. The SIGTERM of ``scontrol requeue`` or of a preemption ends the task (SLURM starts
-   the job again); the SIGTERM of ``scancel`` ends it, nothing requeued.
-
-A requeued job whose ``result.json`` already says ``ok`` (its training and evaluation ended
-before the signal took effect) is not trained again.
+submitit owns the signal and the requeue (Lightning's auto-requeue is off:
+:func:`trainer_kwargs`). Both would act inside the signal handler, mid-step; here
+:func:`run_task` replaces submitit's handlers with a recorder, the run's ``StopOnSignal``
+(:func:`callbacks`) stops every rank after the same step, a ``BackupAndRestore`` writes the
+position, :func:`check_stopped` skips evaluation and ``result.json``, and the task hands over
+to submitit's handler (requeue) or ends. A requeued job whose ``result.json`` says ``ok`` is not
+trained again. The cases, and the tests of each: docs/clusters.md, "Preemption, requeue and the
+time limit".
 """
 
 from __future__ import annotations

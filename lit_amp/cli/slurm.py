@@ -1,30 +1,12 @@
 """The submit side of ``hydra/launcher=slurm``: check the request, submit, watch the jobs.
 
-hydra-submitit-launcher submits the jobs of a ``-m`` sweep as one SLURM job array and then
-waits for every result without a bound. lit_amp's launcher
-(``hydra_plugins.lit_amp_slurm``) runs this module's :func:`launch` instead:
-
-- :func:`preflight`: before anything is submitted, the time limit is checked (an int >= 1
-  minutes, longer than the signal's lead ``signal_delay_s``), then ``sinfo`` says which
-  partitions exist and what their nodes hold. A partition that does not exist, or more tasks
-  x CPUs per task, GPUs or nodes than the partition has, is a
-  :class:`~lit_amp.cli.schema.ConfigError` that names the argument and what the cluster
-  allows.
-- :func:`watch`: the jobs are then polled with ``squeue`` (no accounting database needed).
-  A pending job is named with SLURM's reason every minute; one pending longer than
-  ``hydra.launcher.max_pending_min`` is cancelled and the sweep fails with that reason; a job
-  that left the queue without a result (its processes killed, its node lost, ``scancel``) is
-  reported with its final state and its log.
-- :func:`record_lost`: with ``continue_on_error`` (the default) such a job does not stop the
-  sweep: the watch goes on until every other job has its result, the lost job gets a
-  ``result.json`` with ``status: failed`` and the reason (SLURM's state, its log's error),
-  and the sweep's summary lists it as failed (exit status 1, as for any failed job). Without
-  ``continue_on_error`` the first such job ends the sweep at once (:class:`SlurmJobError`).
-- :func:`forward_signal_setup`: the batch script's ``srun`` runs in the background of its
-  shell, which forwards submitit's signal to it: ``scancel --signal=USR2 --batch`` (which
-  reaches only the batch shell) requeues the job as ``scancel --signal=USR2`` does, instead of
-  killing the shell and ending the job.
-
+hydra-submitit-launcher submits a sweep as one job array and waits for every result without a
+bound; lit_amp's launcher (``hydra_plugins.lit_amp_slurm``) runs :func:`launch` instead:
+:func:`preflight` refuses, before anything is submitted, a time limit or a partition the
+cluster cannot run (``sinfo``); :func:`watch` polls ``squeue``, cancels a job pending too long
+and reports one that left the queue without a result; :func:`record_lost` marks such a job
+failed and lets the sweep go on (``continue_on_error``); :func:`forward_signal_setup` makes the
+batch shell forward submitit's signal to ``srun``. Details and tests: docs/clusters.md.
 Imports no torch.
 """
 

@@ -1,23 +1,12 @@
 """The state of every job of a ``lit-amp -m`` sweep, interrupted sweeps and ``--resume``.
 
-A sweep directory tells which jobs ran and how each ended:
-
-- ``sweep.json`` (written when the sweep starts, Hydra's basic sweeper): the command's
-  overrides and every job of the sweep, ``{"job_num", "overrides"}``, in launch order;
-- ``<job>/job.json`` (written when a job starts): its number, overrides and process;
-- ``<job>/result.json`` (written when it ends, :mod:`lit_amp.cli.run`): ``status`` ``ok``,
-  ``failed`` or ``interrupted``.
-
-:func:`job_states` joins them into one state per job: ``done``, ``failed``, ``interrupted``
-(started, ended by a signal or killed: no result, or ``status: interrupted``) or ``not started``.
-
-A SIGTERM (or Ctrl-C) in the middle of a sweep raises :class:`SweepInterrupted` in the main
-process (:func:`interruptible`); the running job records ``status: interrupted`` and the sweep
-stops. ``lit-amp`` then writes the summary of every job and exits with 128 + the signal
-number (143 for SIGTERM). Running the same command again with ``--resume`` (same sweep
-directory: ``hydra.sweep.dir`` as given, else the newest sweep of the same overrides under
-``<log_dir>/*/multirun/``) skips the jobs that are done (their ``result.json`` is read,
-nothing is imported or trained) and runs the others. Imports no torch and no Lightning.
+A sweep directory holds ``sweep.json`` (the command's overrides and every planned job),
+``<job>/job.json`` (a job started) and ``<job>/result.json`` (it ended: ``ok``, ``failed`` or
+``interrupted``); :func:`job_states` joins them into ``done``, ``failed``, ``interrupted`` or
+``not started``. Within :func:`interruptible` a SIGTERM or SIGINT raises
+:class:`SweepInterrupted`: the running job records ``interrupted`` and the sweep stops
+(:func:`lit_amp.cli.sweep_summary.interrupted_exit`). ``--resume`` reruns the same sweep
+directory and skips the jobs that are done. Imports no torch and no Lightning.
 
 Example:
     >>> states = job_states(
