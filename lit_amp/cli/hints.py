@@ -1,20 +1,10 @@
 """Advice for a misspelled group or key on ``lit-amp``'s command line.
 
-Hydra answers ``lit-amp amps=O2`` with eight lines ("Could not override 'amps'. To append to
-your config use +amps=O2", the schema's complaint, a pointer to ``HYDRA_FULL_ERROR``) — advice
-to add the typo. Within :func:`unknown_key_hints` such a failure (an override, or a ``~``
-deletion, of a key the composed config does not have; in a ``-m`` sweep too) is one line on
-standard error naming the closest groups and keys of the config being composed (difflib),
-and the command exits with status 1::
-
-    lit-amp: no group/key 'amps'; did you mean 'amp'?
-
-With ``HYDRA_FULL_ERROR=1`` the line heads Hydra's message and traceback instead.
-
-The names come from the config Hydra was composing when the override failed (so
-``optimizer.lrr`` is matched against the keys of the optimizer actually chosen), the config
-groups of ``conf/`` and the Lightning-Hydra template's keys that ``lit-amp`` rewrites
-(:data:`lit_amp.cli.aliases.ALIASES`). Imports no torch and no Lightning.
+Hydra answers ``lit-amp amps=O2`` with eight lines of advice to add the typo. Within
+:func:`unknown_key_hints` such a failure (in a ``-m`` sweep too) is one line naming the closest
+groups and keys of the config being composed, the config groups of ``conf/`` and the template
+keys ``lit-amp`` rewrites (difflib), and the command exits with 1. With ``HYDRA_FULL_ERROR=1``
+the line heads Hydra's message instead. Imports no torch and no Lightning.
 
 Example:
     >>> closest("amps", ["amp", "boost", "epochs"])

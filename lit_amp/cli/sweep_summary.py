@@ -1,18 +1,11 @@
-"""Summaries of ``lit-amp -m`` sweeps: a markdown table, JSON, and a PNG plot.
+"""Summaries of ``lit-amp -m`` sweeps: a markdown table, JSON, and PNG plots.
 
-Each job of a sweep writes ``result.json`` in its directory (``lit_amp.cli.run``). After the sweep,
-the Hydra callback :class:`SweepSummary` (configured in ``conf/hydra/default.yaml``) gathers them
-into ``summary.md``, ``summary.json`` and — when matplotlib is installed
-(``pip install lit_amp[plot]``) — ``summary.png`` (accuracy and throughput per option) and
-``curves.png`` (every job's learning curves from its CSV logger's ``metrics.csv``) in the sweep
-directory, and prints the table. A sweep over ``seed`` also gets :func:`seed_table`: the mean
-± standard deviation of the metric over the seeds of each remaining combination. A sweep in
-which any job failed ends with exit status 1 (``lit-amp`` checks :data:`last_failures`).
-Every job of the sweep is listed with its state — done, failed, interrupted or not started
-(:mod:`lit_amp.cli.sweep_state`) — and an incomplete sweep says so and how to resume it.
-The same can be done by hand::
-
-    python -m lit_amp.cli.sweep_summary runs/train/multirun/2026-01-01_12-00-00
+After a sweep the Hydra callback :class:`SweepSummary` (``conf/hydra/default.yaml``) gathers
+every job's ``result.json`` into ``summary.md``/``summary.json`` (and, with matplotlib,
+``summary.png`` and ``curves.png``) in the sweep directory and prints the table; every job is
+listed with its state (:mod:`lit_amp.cli.sweep_state`), a seed sweep also gets
+:func:`seed_table`, and a failed job makes ``lit-amp`` exit with 1 (:data:`last_failures`).
+By hand: ``python -m lit_amp.cli.sweep_summary <sweep dir>``.
 
 Example:
     >>> rows = [{"overrides": ["amp=O0"], "status": "ok", "value": 0.9, "samples_per_sec": 1e4,
