@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from bench._common import QUIET_TRAINER, Target
+
 EPOCHS = 8
 BATCH = 100
 WIDTH, BLOCKS = 32, (2, 2, 2)
@@ -38,10 +40,19 @@ DDP: dict[str, Any] = {
     "DDP O1": ("O1", None),
     "DDP AdaSum only": ("O0", {"boost": {"mode": "manual", "adasum": True}}),
 }
-TARGETS = {
-    "O1": {"speedup": 1.20, "acc_drop_pts": 0.5},
-    "O2": {"speedup": 1.30, "acc_drop_pts": 3.0},
-}
+#: issue #6: O1 against O0 (single process), O2 against plain DDP (2 processes)
+TARGETS = (Target("O1: speedup, wall", ">=", 1.20), Target("O1: accuracy drop (pts)", "<=", 0.5),
+           Target("DDP O2: speedup, wall", ">=", 1.30),
+           Target("DDP O2: accuracy drop (pts)", "<=", 3.0))
+
+
+def target_values(s_sum: dict, d_sum: dict) -> dict[str, float | None]:
+    """The values :data:`TARGETS` judge, from the single-process and DDP summaries."""
+    out: dict[str, float | None] = {}
+    for label, row in (("O1", s_sum.get("O1")), ("DDP O2", d_sum.get("DDP O2"))):
+        out[f"{label}: speedup, wall"] = row and row["speedup_wall_median"]
+        out[f"{label}: accuracy drop (pts)"] = row and -row["acc_delta_pts_mean"]
+    return out
 
 
 def _quiet() -> None:
@@ -126,16 +137,7 @@ def _run(variant: Any, seed: int, epochs: int, data: dict, ddp_world: int = 0) -
         from lightning.pytorch.strategies import DDPStrategy
 
         kw = {"accelerator": "cpu", "devices": ddp_world, "strategy": DDPStrategy()}
-    trainer = L.Trainer(
-        max_epochs=epochs,
-        callbacks=callbacks,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        **kw,
-    )
+    trainer = L.Trainer(max_epochs=epochs, callbacks=callbacks, **QUIET_TRAINER, **kw)
     loader = DataLoader(
         TensorDataset(data["x"], data["y"]),
         batch_size=per_rank,

@@ -45,6 +45,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: ``lightning.Trainer`` flags for a run that logs, saves and prints nothing
+QUIET_TRAINER = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+                 "enable_model_summary": False, "num_sanity_val_steps": 0}
+
+
 def cpu_model() -> str:
     cpu = platform.processor() or "unknown"
     try:

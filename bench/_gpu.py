@@ -37,7 +37,7 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-from bench._common import RESULTS, Target, cpu_model, fmt, targets_table  # noqa: F401
+from bench._common import QUIET_TRAINER, RESULTS, Target, cpu_model, fmt, targets_table  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_CUDA = "needs a CUDA device; use --dry-run on CPU"
@@ -291,8 +291,7 @@ class StepTimer(pl.Callback):
 def trainer_flags(device: torch.device) -> dict:
     """Plain ``lightning.Trainer`` flags for one device, quiet (what ``Model`` uses too)."""
     return {"accelerator": "gpu" if device.type == "cuda" else "cpu", "devices": 1,
-            "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-            "enable_model_summary": False, "num_sanity_val_steps": 0}
+            **QUIET_TRAINER}
 
 
 def loader(batches: list) -> torch.utils.data.DataLoader:

@@ -45,7 +45,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import DOC, load_result, parser, splice, write_result  # noqa: E402
+from bench._common import DOC, QUIET_TRAINER, load_result, parser, splice, write_result  # noqa: E402
 from lit_amp.amp.build import WithLossCellAmp, build_train_network  # noqa: E402
 from lit_amp.amp.cells import TrainOneStepCell  # noqa: E402
 from lit_amp.amp.convert import auto_mixed_precision  # noqa: E402
@@ -148,10 +148,8 @@ def lightning_variants(spec: dict, x: torch.Tensor, y: torch.Tensor) -> dict[str
 
         def run() -> tuple[float, float]:
             timer = Timer(spec["lwarm"])
-            trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False,
-                                 enable_checkpointing=False, enable_progress_bar=False,
-                                 enable_model_summary=False, callbacks=[timer],
-                                 num_sanity_val_steps=0, **prec())
+            trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, callbacks=[timer],
+                                 **QUIET_TRAINER, **prec())
             trainer.fit(lm, torch.utils.data.DataLoader(data, batch_size=None))
             return timer.wall, timer.cpu
 

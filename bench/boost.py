@@ -34,8 +34,21 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import _boost  # noqa: E402
-from bench._boost import BLOCKS, DDP, EPOCHS, LR, MOMENTUM, SINGLE, TARGETS, WD, _data, _quiet, _run  # noqa: E402
-from bench._common import RESULTS, free_port, machine, parser, splice, write_result  # noqa: E402
+from bench._boost import (  # noqa: E402
+    BLOCKS,
+    DDP,
+    EPOCHS,
+    LR,
+    MOMENTUM,
+    SINGLE,
+    TARGETS,
+    WD,
+    _data,
+    _quiet,
+    _run,
+    target_values,
+)
+from bench._common import RESULTS, check_targets, free_port, machine, parser, splice, write_result  # noqa: E402
 
 
 def _order(names: list[str], seed_index: int) -> list[str]:
@@ -217,7 +230,8 @@ def main() -> None:
             "task": task,
             "seeds": seeds,
             "epochs": args.epochs,
-            "targets": TARGETS,
+            "targets": {t.name: f"{t.op} {t.goal:g}" for t in TARGETS},
+            "targets_met": check_targets(TARGETS, target_values(s_sum, d_sum)),
             "single_process": s_sum,
             "ddp_2_processes": d_sum,
             "ddp_vs_single_process_O0": cross,

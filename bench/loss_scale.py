@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import DOC, machine, parser, splice, write_result  # noqa: E402
+from bench._common import DOC, Target, check_targets, machine, parser, splice, write_result  # noqa: E402
 from lit_amp.amp.loss_scale.controller import LossScaleController  # noqa: E402
 from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager  # noqa: E402
 
@@ -223,6 +223,8 @@ def main() -> None:
     print("skipped steps (dynamic):", {r["precision"]: r["skipped_steps"] for r in rows})
     print("machine:", info)
     print(f"load average (1/5/15 min) before {load_before}, after {load_after}")
+    met = check_targets([Target(f"{r['precision']}: median ratio", "<=", TARGET) for r in rows],
+                        {f"{r['precision']}: median ratio": r["median_ratio"] for r in rows})
     if args.quick:
         return
 
@@ -245,6 +247,7 @@ def main() -> None:
                 "dynamic": "LossScaleController(DynamicLossScaleManager()).step(opt, loss)",
             },
             "target_median_ratio": TARGET,
+            "targets_met": met,
             "load_average_before": load_before,
             "load_average_after": load_after,
             "results": rows,

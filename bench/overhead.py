@@ -23,7 +23,15 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import Target, check_targets, machine, measure, parser, write_result  # noqa: E402
+from bench._common import (  # noqa: E402
+    QUIET_TRAINER,
+    Target,
+    check_targets,
+    machine,
+    measure,
+    parser,
+    write_result,
+)
 from lit_amp import Model  # noqa: E402
 from lit_amp.demos import MLP, mnist1d_loaders  # noqa: E402
 
@@ -67,15 +75,7 @@ class PlainModule(L.LightningModule):
 
 
 def plain_lightning(loader) -> None:
-    trainer = L.Trainer(
-        max_epochs=EPOCHS,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = L.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, **QUIET_TRAINER)
     trainer.fit(PlainModule(), loader)
 
 

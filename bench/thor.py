@@ -176,16 +176,9 @@ class RefKFAC:
     KL-clip rescaling ``min(1, sqrt(kl_clip / |Σ v·g·lr²|))``.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        lr: Callable[[], float],
-        factor_decay: float = 0.95,
-        damping: float = 0.003,
-        inv_update_steps: int = 10,
-        factor_update_steps: int = 1,
-        kl_clip: float = 0.001,
-    ) -> None:
+    def __init__(self, model: nn.Module, lr: Callable[[], float], factor_decay: float = 0.95,
+                 damping: float = 0.003, inv_update_steps: int = 10,
+                 factor_update_steps: int = 1, kl_clip: float = 0.001) -> None:
         self.lr, self.decay, self.damping = lr, factor_decay, damping
         self.inv_every, self.factor_every = inv_update_steps, factor_update_steps
         self.kl_clip = kl_clip

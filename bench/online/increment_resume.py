@@ -1,7 +1,7 @@
 """What reading a chain of row-increment checkpoints costs a resume, at 26 M rows.
 
 ``python -m bench.online``'s scale model (5.3 GB of weights and LazyAdam state) is checkpointed
-whole through :class:`~lit_amp.rec.online.snapshot.Snapshots`, then ``--increments`` times after a
+whole through :class:`~lit_amp.rec.state.snapshot.Snapshots`, then ``--increments`` times after a
 LazyAdam step that changes ``--fraction`` of the table's rows (random rows, a real sparse
 gradient), each a row increment of the previous file. Then, ``--repeats`` times each, the
 time :func:`~lit_amp.serialization.load_checkpoint` takes to read the whole file and the
@@ -25,7 +25,7 @@ import torch
 
 from bench._common import parser, write_result
 from bench.online import workload
-from lit_amp.rec.online.snapshot import Snapshots
+from lit_amp.rec.state.snapshot import Snapshots
 from lit_amp.serialization import load_checkpoint
 
 

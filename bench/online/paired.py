@@ -61,7 +61,7 @@ from bench.online.workload import (
 )
 from lit_amp.callbacks import Callback
 from lit_amp.rec import RecModel
-from lit_amp.rec.online.snapshot import Snapshot
+from lit_amp.rec.state.snapshot import Snapshot
 
 
 class GcPauses:
@@ -115,7 +115,7 @@ class BackgroundTasks:
     def hold(self) -> tuple[float, list[threading.Lock]]:
         """Wait for the tasks in flight that write no snapshot (delta publishes, deletions)
         and stop the snapshot writes in flight at their next chunk: take the lock they take
-        per chunk (:class:`~lit_amp.rec.online.snapshot.Snapshot`'s, which the training
+        per chunk (:class:`~lit_amp.rec.state.snapshot.Snapshot`'s, which the training
         steps take too). Returns the seconds waited and the locks taken, for :meth:`resume`."""
         t0 = time.monotonic()
         writes = [(f, snaps) for f, snaps in self.futures if snaps and not f.done()]

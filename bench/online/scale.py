@@ -163,7 +163,7 @@ def run_ckpt_check(vocab: int, o: dict) -> dict:
     write, training speed during the write, peak RSS; then the same dict written by the loop
     (``torch.save``, as every checkpoint was before); then the file checked byte for byte
     (CRC32 per tensor) against the state at the snapshot."""
-    from lit_amp.rec.online.snapshot import Snapshots
+    from lit_amp.rec.state.snapshot import Snapshots
 
     torch.set_num_threads(o["threads"])
     net, opt = scale_model(vocab, o["optimizer"], o["collisionless"], o["amp"])

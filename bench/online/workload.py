@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench._common import parser
+from bench._common import Target, parser
 from lit_amp import auto_mixed_precision
 from lit_amp.callbacks import Callback
 from lit_amp.rec import (
@@ -37,6 +37,8 @@ from lit_amp.rec.sources import DirectorySource, SyntheticClickSource, write_sha
 MODEL = "WideDeep(13 dense, 26 cat x 10,000 hashed ids, embed 16, MLP 256-128), sparse, LazyAdam"
 TARGET_RATE = 20_000.0
 TARGET_FRESHNESS = 5.0
+TARGETS = (Target("records_per_s", ">=", TARGET_RATE),
+           Target("freshness_median_s", "<=", TARGET_FRESHNESS))
 
 
 def make_model() -> tuple[RecModel, WideDeep]:
