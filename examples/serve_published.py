@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from lit_amp.rec import LazyAdam, PublishOptions, RecModel, StopOptions, WideDeep
-from lit_amp.rec.publish import load_published
+from lit_amp.rec.serving.reader import load_published
 from lit_amp.rec.sources import SyntheticClickSource
 
 

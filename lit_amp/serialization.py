@@ -20,18 +20,10 @@ files and Lightning's own and adds four derived views (:func:`checkpoint_views`)
 a user's values) is also a key of its own. Files are written with
 :func:`lit_amp._io.atomic_write`.
 
-A *row increment* (written by ``online_train`` with ``full_every_n_checkpoints > 1``) holds
-the whole dict too, except that some big row tensors (an embedding table, its optimizer
-moments) hold only the rows changed since the previous checkpoint. ``"lit_amp_rows"`` says
-which: ``{"prev": <the previous checkpoint's file name, in the same folder>, "prev_id": <its
-"lit_amp_chain_id">, "tensors": [[<the keys leading to the tensor>, <its row indices>], ...]}``;
-every file of a chain has its own random ``"lit_amp_chain_id"``. :func:`load_checkpoint` reads
-the chain back to its full checkpoint and returns the whole state; a missing link, or a file
-of that name that is not the one the increment follows (a later run's), is refused. The
-full checkpoint is read into memory and the increments' rows are written into it, read
-memory-mapped a part at a time: resuming from an increment holds the state about once, as a
-full checkpoint does, and keeps no file of the chain mapped (a pruned file's disk space is
-freed).
+A *row increment* (``online_train``'s ``full_every_n_checkpoints > 1``) holds only the rows
+changed since the previous checkpoint of some big tensors; :func:`load_checkpoint` reads its
+chain back to the full checkpoint (the format and its reader:
+:mod:`lit_amp.rec.state.increments`).
 
 Example:
     >>> from lit_amp.serialization import save_checkpoint, load_checkpoint
@@ -48,7 +40,7 @@ from typing import Any
 import torch
 
 from lit_amp._io import atomic_write
-from lit_amp._pages import MADV_DONTNEED, advise
+from lit_amp.rec.state.increments import CHAIN_KEY, ROWS_KEY, resolve_rows
 
 __all__ = [
     "BOOST_KEY",
@@ -57,8 +49,6 @@ __all__ = [
     "LOSS_SCALE_KEY",
     "PREFIX_KEY",
     "RESERVED_KEYS",
-    "ROWS_KEY",
-    "CHAIN_KEY",
     "checkpoint_payload",
     "checkpoint_views",
     "load_checkpoint",
@@ -76,10 +66,6 @@ CHECKPOINT_FORMAT = "lit_amp/2"
 FORMAT_KEY = "lit_amp_format"
 #: where the network's names start in ``state_dict`` (``"network."`` for a LitModel)
 PREFIX_KEY = "lit_amp_network_prefix"
-#: a row increment's rows and predecessor (see the module docstring)
-ROWS_KEY = "lit_amp_rows"
-#: a random id of each file of a chain of row increments
-CHAIN_KEY = "lit_amp_chain_id"
 #: the loss-scale state (``LossScaleController.STATE_KEY``)
 LOSS_SCALE_KEY = "lit_amp_loss_scale"
 #: the ``AutoBoost`` state
@@ -261,7 +247,7 @@ def load_checkpoint(
     state = _read(path, weights_only)
     if ROWS_KEY in state:
         del state  # read again below, memory-mapped: its rows a part at a time
-        state = _resolve_rows(path, weights_only)
+        state = resolve_rows(path, lambda at, mmap: _read(at, weights_only, mmap=mmap))
     if choice_func is not None:
         state = _chosen(state, choice_func, path)
     state = checkpoint_views(state)
@@ -347,110 +333,6 @@ def _read(path: str, weights_only: bool, *, mmap: bool = False) -> dict:
     if not isinstance(state, dict):
         raise ValueError(f"load_checkpoint: {path!r} does not hold a checkpoint dict.")
     return state
-
-
-def _resolve_rows(path: str, weights_only: bool) -> dict:
-    """The whole state of the row increment at ``path``: its chain back to the full
-    checkpoint (the increments memory-mapped), the full checkpoint read into memory, then every
-    increment's rows written into it in order.
-
-    Raises:
-        ValueError: a link of the chain is missing, unreadable or does not fit.
-    """
-    chain = [(path, _read(path, weights_only, mmap=True))]
-    while ROWS_KEY in chain[-1][1]:
-        at, inc = chain[-1]
-        prev = inc[ROWS_KEY].get("prev") if isinstance(inc[ROWS_KEY], dict) else None
-        if not isinstance(prev, str) or os.path.basename(prev) != prev or len(chain) > 100_000:
-            raise ValueError(f"load_checkpoint: {at!r} is a row increment without a valid "
-                             f"predecessor ({prev!r}).")
-        before = os.path.join(os.path.dirname(at), prev)
-        if not os.path.isfile(before):
-            raise ValueError(
-                f"load_checkpoint: {at!r} holds only the rows changed since {prev!r}, which is "
-                "missing: the chain back to its full checkpoint is broken, so this checkpoint "
-                "cannot be loaded (an older full checkpoint, or its increments, can).")
-        state = _read(before, weights_only, mmap=True)
-        if state.get(CHAIN_KEY) is None or state.get(CHAIN_KEY) != inc[ROWS_KEY].get("prev_id"):
-            raise ValueError(
-                f"load_checkpoint: {at!r} holds only the rows changed since {prev!r}, but that "
-                "file is not the one it follows (another run wrote it): the chain is broken.")
-        chain.append((before, state))
-    at, _ = chain.pop()
-    whole = _read(at, weights_only)  # in memory: its rows are written in place
-    while chain:
-        at, inc = chain.pop()
-        entries = inc.pop(ROWS_KEY).get("tensors")
-        if not isinstance(entries, list) or not all(
-                isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], (list, tuple))
-                and e[0] for e in entries):
-            raise ValueError(f"load_checkpoint: {at!r} is a row increment whose "
-                             "'lit_amp_rows' has no valid list of [keys, rows] entries.")
-        applied = [_apply_rows(at, whole, inc, list(keys), rows) for keys, rows in entries]
-        # the increment's other tensors, copied out of the file's mapping
-        whole = _copied(inc, {id(t) for t in applied})
-        del inc
-    return whole
-
-
-#: the bytes of an increment's rows written at a time (their file pages then dropped)
-_ROWS_PART_BYTES = 64 << 20
-
-
-def _apply_rows(at: str, whole: dict, inc: dict, keys: list, rows: Any) -> torch.Tensor:
-    """Write the rows ``inc`` holds at ``keys`` into the previous whole state's tensor, put
-    that tensor into ``inc`` and return it. ``inc``'s values are read a part at a time, each
-    part's pages of the file mapping dropped once written."""
-    try:
-        full, part, box = whole, inc, inc
-        for k in keys:
-            full, box, part = full[k], part, part[k]
-        ok = (isinstance(full, torch.Tensor) and isinstance(part, torch.Tensor)
-              and isinstance(rows, torch.Tensor) and rows.dim() == 1 and full.dim() >= 1
-              and part.shape == (len(rows), *full.shape[1:]) and part.dtype == full.dtype
-              and (len(rows) == 0 or 0 <= int(rows.min()) <= int(rows.max()) < len(full)))
-    except (KeyError, IndexError, TypeError):
-        ok = False
-    if not ok:
-        raise ValueError(f"load_checkpoint: the rows {at!r} holds at {keys!r} do not fit the "
-                         "tensor of its predecessor: the chain is broken.")
-    row_bytes = max(1, part[:1].numel() * part.element_size())
-    step = max(1, _ROWS_PART_BYTES // row_bytes)
-    for i in range(0, len(rows), step):
-        values = part[i:i + step]
-        full[rows[i:i + step].long()] = values
-        _drop_pages(values)
-    _drop_pages(rows)
-    box[keys[-1]] = full
-    return full
-
-
-def _drop_pages(t: torch.Tensor) -> None:
-    """Drop the pages under ``t``, a contiguous part of a tensor memory-mapped from a file
-    (read again from the file if touched): what a resume has read leaves its RSS."""
-    if t.is_contiguous():
-        advise(t.data_ptr(), t.numel() * t.element_size(), MADV_DONTNEED)
-
-
-def _copied(obj: Any, keep: set[int]) -> Any:
-    """``obj`` (a checkpoint dict read memory-mapped) with every tensor copied into memory,
-    but those whose id is in ``keep``; each copied tensor's file pages dropped."""
-    if isinstance(obj, torch.Tensor):
-        if id(obj) in keep:
-            return obj
-        out = obj.clone()
-        _drop_pages(obj)
-        return out
-    if isinstance(obj, dict):
-        out = copy.copy(obj)  # its type and attributes (a state dict's ``_metadata``) kept
-        for k, v in obj.items():
-            out[k] = _copied(v, keep)
-        return out
-    if isinstance(obj, list):
-        return [_copied(v, keep) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_copied(v, keep) for v in obj)
-    return obj
 
 
 def checkpoint_views(state: dict) -> dict:

@@ -74,12 +74,12 @@ def test_a_held_snapshot_write_stops_between_chunks_and_ends_whole_after_resume(
     import time
 
     from lit_amp.rec import LazyAdam
-    from lit_amp.rec.online import snapshot as snapshot_mod
-    from lit_amp.rec.online.snapshot import Snapshots
+    from lit_amp.rec.state import snapshot as snapshot_mod
+    from lit_amp.rec.state.snapshot import Snapshots
 
     monkeypatch.setattr(snapshot_mod, "CHUNK_BYTES", 4096)
     chunks, first = [], threading.Event()
-    as_bytes = snapshot_mod._as_bytes
+    as_bytes = snapshot_mod.as_bytes
 
     def counted(t):
         chunks.append(time.monotonic())
@@ -87,7 +87,7 @@ def test_a_held_snapshot_write_stops_between_chunks_and_ends_whole_after_resume(
         time.sleep(0.002)
         return as_bytes(t)
 
-    monkeypatch.setattr(snapshot_mod, "_as_bytes", counted)
+    monkeypatch.setattr(snapshot_mod, "as_bytes", counted)
     torch.manual_seed(0)
     emb = torch.nn.Embedding(20_000, 8, sparse=True)
     opt = LazyAdam(emb.parameters(), lr=0.1)

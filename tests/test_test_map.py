@@ -83,11 +83,6 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         "online_train's collectives (no-ops in one process, its doctest): the 2-process "
         "stream tests",
     ),
-    "rec/state/touched.py": (
-        ("tests/rec/test_publish.py::test_delta_bytes_follow_the_touched_rows_not_the_table",
-         "tests/rec/test_publish.py::test_a_dense_optimizer_publishes_the_table_whole"),
-        "TouchedRows names the rows a delta publish writes",
-    ),
     "thor/_second_order.py": (
         ("tests/thor/test_optimizer.py", "tests/thor/test_factors.py",
          "tests/thor/test_thor_ddp.py"),

@@ -29,10 +29,10 @@ _EXPORTS: dict[str, str] = {
     "IdEmbedding": "lit_amp.rec.modules.id_embedding",
     "SlidingWindowAUC": "lit_amp.rec.metrics",
     "binned_auc": "lit_amp.rec.metrics",
-    "load_published": "lit_amp.rec.publish",
-    "publish_weights": "lit_amp.rec.publish",
-    "DeltaPublisher": "lit_amp.rec.publish",
-    "latest_checkpoint": "lit_amp.rec.publish",
+    "load_published": "lit_amp.rec.serving.reader",
+    "publish_weights": "lit_amp.rec.serving.writer",
+    "DeltaPublisher": "lit_amp.rec.serving.writer",
+    "latest_checkpoint": "lit_amp.rec.online.checkpoint_files",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -138,7 +138,7 @@ class RecModel(Model):
           checkpoint is durable, the source's ``checkpointed(cursor)`` is called with the
           cursor of the checkpoint before it (and of the final one at the end), so that
           ``DirectorySource(delete_consumed=True)`` can delete consumed files.
-        - ``publish`` (:class:`PublishOptions`): weights for serving (:mod:`lit_amp.rec.publish`).
+        - ``publish`` (:class:`PublishOptions`): weights for serving (:mod:`lit_amp.rec.serving`).
         - ``validation`` (:class:`ValidationOptions`): test-then-train on a held-out window, or
           a fixed validation set (the model needs ``metrics``).
 

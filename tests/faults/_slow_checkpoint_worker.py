@@ -22,7 +22,7 @@ from torch import nn
 
 from lit_amp.callbacks import Callback
 from lit_amp.rec import CheckpointOptions, LazyAdam, RecModel, WideDeep
-from lit_amp.rec.online import snapshot
+from lit_amp.rec.state import snapshot
 from lit_amp.rec.sources import DirectorySource
 
 
@@ -43,7 +43,7 @@ def slow_writes(seconds: float, marker: str, first: int = 2) -> None:
     """Every background write from the ``first``-th on is slow and announces itself in
     ``marker``."""
     snapshot.MIN_PROTECTED_BYTES, snapshot.CHUNK_BYTES = 0, 1024
-    write, as_bytes = snapshot.Snapshot.write, snapshot._as_bytes
+    write, as_bytes = snapshot.Snapshot.write, snapshot.as_bytes
     writes = []
 
     def announced(self, path):
@@ -57,7 +57,7 @@ def slow_writes(seconds: float, marker: str, first: int = 2) -> None:
             time.sleep(seconds)
         return as_bytes(t)
 
-    snapshot.Snapshot.write, snapshot._as_bytes = announced, slow
+    snapshot.Snapshot.write, snapshot.as_bytes = announced, slow
 
 
 def main() -> None:

@@ -19,14 +19,14 @@ from pathlib import Path
 import torch
 
 from lit_amp._io import remove_stale_temps
-from lit_amp.rec import full_writer
-from lit_amp.rec.publish import DeltaPublisher
+from lit_amp.rec.serving import full_snapshots
+from lit_amp.rec.serving.writer import DeltaPublisher
 
 ROWS = 20_000
 
 
 def slow_fulls(seconds: float, marker: str) -> None:
-    checksum = full_writer._StreamChecksum.__call__
+    checksum = full_snapshots._StreamChecksum.__call__
     fulls = []
 
     def slow(self, storage, chunk):
@@ -37,7 +37,7 @@ def slow_fulls(seconds: float, marker: str) -> None:
                 time.sleep(seconds)
         return checksum(self, storage, chunk)
 
-    full_writer._StreamChecksum.__call__ = slow
+    full_snapshots._StreamChecksum.__call__ = slow
 
 
 def main() -> None:

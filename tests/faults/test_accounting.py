@@ -7,7 +7,7 @@ import torch
 
 from lit_amp.boost import AutoBoost
 from lit_amp.rec import CheckpointOptions, StopOptions, ValidationOptions
-from lit_amp.rec.publish import latest_checkpoint
+from lit_amp.rec.online.checkpoint_files import latest_checkpoint
 from lit_amp.rec.sources import DirectorySource
 from tests.faults._servers import line, record
 from tests.rec._helpers import Recorder, make_model

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_amp.rec.publish import latest_checkpoint, list_checkpoints
+from lit_amp.rec.online.checkpoint_files import latest_checkpoint, list_checkpoints
 from tests.faults._kill import kill_when
 from tests.faults._trained_log import trained_batches
 from tests.rec._helpers import fill_dir

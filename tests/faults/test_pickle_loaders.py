@@ -123,7 +123,7 @@ def test_dim_reduce_pca_npy_refuses_object_arrays(tmp_path: Path) -> None:
 
 
 def test_load_published_refuses(tmp_path: Path, evil: Any) -> None:
-    from lit_amp.rec.publish import load_published
+    from lit_amp.rec.serving.reader import load_published
 
     evil(tmp_path / "pub" / "weights-1.pt")
     (tmp_path / "pub" / "LATEST").write_text("weights-1.pt")

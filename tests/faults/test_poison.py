@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from lit_amp.rec import PublishOptions
-from lit_amp.rec.publish import load_published
+from lit_amp.rec.serving.reader import load_published
 from lit_amp.rec.sources import DirectorySource, write_shard
 from tests.faults._servers import line, record
 from tests.rec._helpers import make_model

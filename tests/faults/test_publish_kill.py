@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_amp.rec.publish import load_published
+from lit_amp.rec.serving.reader import load_published
 from tests.faults._kill import kill_when
 
 pytestmark = pytest.mark.slow  # two publisher processes: ~10 s on a shared 2-core machine

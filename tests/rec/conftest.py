@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from lit_amp.rec.full_writer import BackgroundFullWriter
+from lit_amp.rec.serving.full_snapshots import BackgroundFullWriter
 
 
 @pytest.fixture

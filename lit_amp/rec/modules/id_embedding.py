@@ -457,7 +457,7 @@ class IdEmbedding(nn.Module):
         """Call ``hook(tensors, rows)`` before this module writes ``rows`` of ``tensors`` (its
         own, or an attached optimizer's state of ``weight``) in place outside an optimizer
         step, and ``hook(tensors, None)`` once written (a snapshot of the state being written
-        to a file copies those rows aside first: :mod:`lit_amp.rec.online.snapshot`)."""
+        to a file copies those rows aside first: :mod:`lit_amp.rec.state.snapshot`)."""
         handle = RemovableHandle(self._write_hooks)
         self._write_hooks[handle.id] = hook
         return handle

@@ -32,11 +32,11 @@ from typing import Any
 
 from lit_amp._io import BackgroundJobs, remove_stale_temps
 from lit_amp.rec._stream import OnlineStream
+from lit_amp.rec.online.checkpoint_files import latest_checkpoint, plain_state, prune_checkpoints
 from lit_amp.rec.online.guard import refuse_nonfinite
 from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary
 from lit_amp.rec.online.ranks import Ranks, raise_held
-from lit_amp.rec.online.snapshot import Snapshot, SnapshotBroken, Snapshots, SnapshotStats
-from lit_amp.rec.publish import latest_checkpoint, plain_state, prune_checkpoints
+from lit_amp.rec.state.snapshot import Snapshot, SnapshotBroken, Snapshots, SnapshotStats
 from lit_amp.serialization import checkpoint_payload, save_checkpoint
 
 __all__ = ["CursorCheckpoints"]

@@ -193,7 +193,7 @@ class CheckpointOptions:
 
 @dataclasses.dataclass(frozen=True)
 class PublishOptions:
-    """Weights exported for serving (see :mod:`lit_amp.rec.publish`).
+    """Weights exported for serving (see :mod:`lit_amp.rec.serving`).
 
     Every ``publish_every_n_steps`` steps and/or ``publish_every_n_seconds`` (also while the
     stream is idle), and at the end, the network's weights are written atomically as
@@ -201,8 +201,8 @@ class PublishOptions:
     called with ``{"path", "step", "records", "published_at", "cursor", "kind", "bytes"}``.
 
     With ``delta=True`` a publish writes numbered versions instead
-    (:class:`~lit_amp.rec.publish.DeltaPublisher`): a full snapshot first, then deltas holding
-    only the embedding rows the optimizer changed since the previous version (and the dense
+    (:class:`~lit_amp.rec.serving.writer.DeltaPublisher`): a full snapshot first, then deltas
+    holding only the embedding rows the optimizer changed since the previous version (and the dense
     tensors), with a full snapshot every ``full_every_n_publishes`` publishes and whenever a
     delta would exceed ``max_delta_fraction`` of a full one. Row deltas need sparse embedding
     gradients and an optimizer that moves only their rows (``LazyAdam``, ``SparseAdam``,

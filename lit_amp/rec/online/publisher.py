@@ -1,14 +1,13 @@
 """Publishing on ``online_train``'s cadence: :class:`Publisher` exports the network for serving.
 
-Rank 0 writes, full snapshots (:func:`~lit_amp.rec.publish.publish_weights`) or, with
-``PublishOptions(delta=True)``, numbered deltas (:class:`~lit_amp.rec.publish.DeltaPublisher`,
-whose row tracking hooks the run's optimizers; with ``background``, full snapshots and deltas
-are written by threads). ``publish_hook`` is called for a version once its file is on disk
-and ``LATEST`` names it, in publish order (never for a failed write); the files and their
-reader are in :mod:`lit_amp.rec.publish`. At the start of a run, rank 0 removes the temp files
-a killed writer left in the folder. Non-finite weights are never published. Under DDP a failed
-publish is held, and the ranks raise together at the next step end (as checkpoints' failures
-do).
+Rank 0 writes full files (:func:`~lit_amp.rec.serving.writer.publish_weights`) or, with
+``PublishOptions(delta=True)``, numbered deltas
+(:class:`~lit_amp.rec.serving.writer.DeltaPublisher`: its row tracking hooks the run's optimizers;
+with ``background`` it writes in threads). ``publish_hook`` is called for a version once its
+file is on disk and ``LATEST`` names it, in publish order (never for a failed write).
+At the start of a run, rank 0 removes the temp files a killed writer left. Non-finite
+weights are never published.
+Under DDP a failed publish is held, and the ranks raise together at the next step end.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from lit_amp._io import remove_stale_temps
 from lit_amp.rec.online.guard import refuse_nonfinite
 from lit_amp.rec.online.options import OnlineSummary, PublishOptions
 from lit_amp.rec.online.ranks import Ranks, raise_held
-from lit_amp.rec.publish import DeltaPublisher, publish_weights
+from lit_amp.rec.serving.writer import DeltaPublisher, publish_weights
 
 __all__ = ["Publisher"]
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from lit_amp.rec import CheckpointOptions, LazyAdam, RecModel, StopOptions, WideDeep
 from lit_amp.rec.modules.id_embedding import IdEmbedding
-from lit_amp.rec.publish import DeltaPublisher, load_published
+from lit_amp.rec.serving.reader import load_published
+from lit_amp.rec.serving.writer import DeltaPublisher
 from lit_amp.rec.sources import SyntheticClickSource
 from lit_amp.serialization import load_checkpoint, save_checkpoint
 
@@ -193,7 +194,7 @@ def test_under_ddp_every_rank_keeps_the_same_id_map(monkeypatch):
     """Two ranks (threads) see different ids; each admits the union, so the maps agree."""
     import threading
 
-    from lit_amp.rec import id_embedding
+    from lit_amp.rec.modules import id_embedding
 
     barrier, box = threading.Barrier(2), {}
 
@@ -267,7 +268,7 @@ def test_the_evicted_rows_are_the_least_used_in_row_order_at_any_chunk_size(seed
                                                                             policy):
     """Victims are chosen chunk by chunk (no whole-table scores at 26 M rows): the same rows
     as sorting every evictable row by (lookups, last use) -- or last use for LRU -- and row."""
-    from lit_amp.rec import id_embedding
+    from lit_amp.rec.modules import id_embedding
 
     g = torch.Generator().manual_seed(seed)
     emb = IdEmbedding(50, 2, policy=policy)
@@ -294,7 +295,7 @@ def test_the_evicted_rows_are_the_least_used_in_row_order_at_any_chunk_size(seed
 def test_sparse_gradients_under_ddp_are_refused_with_the_way_out(monkeypatch):
     """Real DDP fails in backward on a sparse gradient that is not an nn.Embedding's (seen
     with 2-process gloo); the first training step says so instead, and what to use."""
-    from lit_amp.rec import id_embedding
+    from lit_amp.rec.modules import id_embedding
 
     monkeypatch.setattr(id_embedding, "world_size", lambda: 2)
     monkeypatch.setattr(id_embedding, "_all_gather_rows", lambda t: torch.cat([t, t]))

@@ -70,7 +70,7 @@ class SaveAt(Callback):
 
 def _fail_writes_after(n: int) -> None:
     """Versioned publish files fail to write (``OSError``, as on a full disk) after ``n``."""
-    from lit_amp.rec.publish import DeltaPublisher
+    from lit_amp.rec.serving.writer import DeltaPublisher
 
     real, calls = DeltaPublisher._write_file, [0]
 

@@ -14,8 +14,8 @@ from torch import nn
 
 from lit_amp.callbacks import Callback
 from lit_amp.rec import CheckpointOptions, LazyAdam, RecModel, StopOptions, WideDeep
-from lit_amp.rec.online import snapshot as snapshot_mod
-from lit_amp.rec.publish import latest_checkpoint, list_checkpoints, prune_checkpoints
+from lit_amp.rec.state import snapshot as snapshot_mod
+from lit_amp.rec.online.checkpoint_files import latest_checkpoint, list_checkpoints
 from lit_amp.rec.sources import SyntheticClickSource
 from lit_amp.serialization import load_checkpoint
 
@@ -39,13 +39,13 @@ def slow_writes(monkeypatch):
     write spans several training steps."""
     monkeypatch.setattr(snapshot_mod, "MIN_PROTECTED_BYTES", 0)
     monkeypatch.setattr(snapshot_mod, "CHUNK_BYTES", 8192)
-    as_bytes = snapshot_mod._as_bytes
+    as_bytes = snapshot_mod.as_bytes
 
     def slow(t):
         time.sleep(0.001)
         return as_bytes(t)
 
-    monkeypatch.setattr(snapshot_mod, "_as_bytes", slow)
+    monkeypatch.setattr(snapshot_mod, "as_bytes", slow)
 
 
 def _figures(caplog) -> list[dict]:
@@ -192,23 +192,6 @@ def test_background_false_writes_in_the_loop(tmp_path, caplog):
 def test_background_must_be_a_bool(tmp_path):
     with pytest.raises(TypeError, match="'background' must be"):
         CheckpointOptions(tmp_path, background=1)
-
-
-@pytest.mark.parametrize("names,keep,kept", [
-    (["1", "2r", "3r", "4", "5r"], 2, ["4", "5r"]),
-    (["1", "2r", "3r", "4", "5r"], 3, ["1", "2r", "3r", "4", "5r"]),
-    (["1", "2r", "3r"], 1, ["1", "2r", "3r"]),
-    (["1", "2r", "3", "4r"], 1, ["3", "4r"]),
-    (["9", "10r", "11"], 1, ["11"]),
-])
-def test_pruning_keeps_the_chains_of_the_newest_checkpoints(tmp_path, names, keep, kept):
-    def name(n):
-        return f"online-{int(n.rstrip('r')):012d}{'-rows' if n.endswith('r') else ''}.ckpt"
-
-    for n in names:
-        (tmp_path / name(n)).write_bytes(b"x")
-    prune_checkpoints(tmp_path, keep)
-    assert [os.path.basename(p) for p in list_checkpoints(tmp_path)] == [name(n) for n in kept]
 
 
 def test_a_broken_chain_falls_back_to_the_newest_intact_one_and_resumes(tmp_path, caplog,

@@ -17,7 +17,7 @@ from lit_amp.rec import (
     PublishOptions,
     StopOptions,
 )
-from lit_amp.rec.publish import list_checkpoints
+from lit_amp.rec.online.checkpoint_files import list_checkpoints
 from lit_amp.rec.sources import DirectorySource, SyntheticClickSource
 from lit_amp.serialization import load_checkpoint
 from tests.rec._helpers import Recorder, fill_dir, make_model

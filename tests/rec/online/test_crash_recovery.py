@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_amp.rec.publish import list_checkpoints
+from lit_amp.rec.online.checkpoint_files import list_checkpoints
 from tests.rec._helpers import fill_dir
 
 pytestmark = pytest.mark.slow  # two trainer processes: ~15-40 s on a shared 2-core machine

@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from lit_amp.rec.publish import list_checkpoints
+from lit_amp.rec.online.checkpoint_files import list_checkpoints
 from lit_amp.rec.sources import SyntheticClickSource, shard_of, write_shard
 from lit_amp.rec.sources.schema import ClickSchema
 from tests.rec.online.test_ddp_stream import _run_two_ranks

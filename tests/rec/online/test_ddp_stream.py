@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_amp.rec.publish import list_checkpoints, load_published
+from lit_amp.rec.online.checkpoint_files import list_checkpoints
+from lit_amp.rec.serving.reader import load_published
 from lit_amp.rec.sources import SyntheticClickSource, shard_of, write_shard
 from lit_amp.serialization import load_checkpoint
 from tests.helpers.dist import free_port

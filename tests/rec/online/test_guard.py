@@ -12,7 +12,7 @@ import torch
 
 from lit_amp.rec import PublishOptions, StopOptions
 from lit_amp.rec.online import guard
-from lit_amp.rec.publish import load_published
+from lit_amp.rec.serving.reader import load_published
 from tests.rec._helpers import make_model
 
 
@@ -63,7 +63,7 @@ def test_non_finite_weights_are_never_published_or_checkpointed(tmp_path):
 
     from lit_amp.callbacks import Callback
     from lit_amp.rec import CheckpointOptions
-    from lit_amp.rec.publish import latest_checkpoint
+    from lit_amp.rec.online.checkpoint_files import latest_checkpoint
 
     model = make_model()
     net = model._network

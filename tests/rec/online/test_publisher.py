@@ -9,7 +9,7 @@ import time
 import torch
 
 from lit_amp.rec import PublishOptions, StopOptions, load_published
-from lit_amp.rec.publish import latest_published
+from lit_amp.rec.serving.reader import latest_published
 from lit_amp.rec.sources import SyntheticClickSource
 from tests.rec._helpers import Recorder, make_model, tiny_net
 

@@ -1,7 +1,7 @@
 """Full snapshots written in the background (``DeltaPublisher(background=True)``,
-``lit_amp.rec.full_writer``): training goes on during the write, the file holds the weights of
-its version, readers never see a version whose chain is not on disk, and a torn or failed full
-snapshot costs a reader nothing but the replay of more deltas."""
+``lit_amp.rec.serving.full_snapshots``): training goes on during the write, the file holds the
+weights of its version, readers never see a version whose chain is not on disk, and a torn or
+failed full snapshot costs a reader nothing but the replay of more deltas."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import os
 import pytest
 import torch
 
-from lit_amp.rec.full_writer import streamable
-from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published
+from lit_amp.rec.serving.full_snapshots import streamable
+from lit_amp.rec.serving.reader import latest_published, load_published
+from lit_amp.rec.serving.writer import DeltaPublisher
 from tests.rec._helpers import sparse_table, touch_rows
 
 ROWS = 100_000  # 3.2 MB of fp32 rows of width 8: copied on write, not cloned
@@ -111,7 +112,7 @@ def test_a_failed_background_write_is_raised_and_the_next_publish_retries(tmp_pa
     def disk_full(path, fill):
         raise OSError("disk full")
 
-    monkeypatch.setattr("lit_amp.rec.full_writer.atomic_write", disk_full)
+    monkeypatch.setattr("lit_amp.rec.serving.full_snapshots.atomic_write", disk_full)
     pub.publish(step=1)
     pub._writer.pending[0].exception()  # the write has failed
     monkeypatch.undo()

@@ -1,41 +1,15 @@
 """Consistent snapshots of a training state, written to disk while training goes on.
 
-A checkpoint of a model with big embedding tables cannot be copied whole at every checkpoint
-(that doubles the memory) nor written by the training loop (that stalls it for seconds).
-:meth:`Snapshots.take` freezes a checkpoint dict at one moment instead:
-
-- every container is copied and every tensor that is small, or that could change in ways
-  the snapshot cannot follow, is cloned;
-- a big row-structured parameter that only a *row-sparse* optimizer step changes (a sparse
-  gradient under :class:`~lit_amp.rec.optim.LazyAdam`, ``SparseAdam``, ``Adagrad`` or
-  plain ``SGD``), together with its optimizer state of the same shape, is not copied: it is
-  protected by copy-on-write. Before each optimizer step, the rows its gradient is about to
-  change are copied aside, if the writer has not written them yet.
-
-:meth:`Snapshot.write` streams the frozen dict into a file ``torch.load`` reads (the
-``torch.save`` format, written by ``torch.save`` itself under ``skip_data``, with the bytes of
-each storage filled in chunk by chunk: live rows merged with the rows copied aside), through
-:func:`lit_amp._io.atomic_write` (temp file, fsync, rename, folder fsync). Floating-point
-weights (the ``state_dict`` entries) are checked for NaN / inf as they are written; a
-non-finite value aborts the file with a ``RuntimeError``.
-
-With ``track_rows``, :class:`Snapshots` also marks, at each step, the rows a row-local step
-changes in each big table; a take given the previous file's name (``prev``) is then a *row
-increment*: such a table and its moments are written as the rows changed since the previous
-take (a never-touched placeholder of that many rows in the frozen dict, filled from the live
-rows, copied on write as above), named in ``"lit_amp_rows"`` (see
-:mod:`lit_amp.serialization`).
-
-A module that writes rows of its own tensors outside optimizer steps (an
-:class:`~lit_amp.rec.modules.id_embedding.IdEmbedding`: a new id's row, an eviction, usage
-counts, the moments of a reused row) is copied on write too when it announces those writes
-(``register_row_write_hook``): its parameters, their optimizer state and its row-indexed
-buffers are protected, and the announced rows are copied aside before they are written.
-
-Protected tensors are watched through their version counters: one written in place outside
-an optimizer step and unannounced (a write through ``.data`` is invisible) breaks the
-snapshot: its file is abandoned (:class:`SnapshotBroken`) and that parameter is cloned in
-later snapshots.
+A checkpoint of big embedding tables can neither be copied whole (twice the memory) nor be
+written by the training loop (seconds of stall). :meth:`Snapshots.take` freezes a checkpoint
+dict at one moment instead: containers copied, small tensors cloned, and a big row tensor
+that only row-sparse optimizer steps (or announced row writes, e.g. an
+:class:`~lit_amp.rec.modules.id_embedding.IdEmbedding`) change protected by copy-on-write
+(:mod:`.copy_on_write`). :meth:`Snapshot.write` streams it into a ``torch.load``-able file
+(:mod:`.storage_writer`) through :func:`lit_amp._io.atomic_write`, refusing NaN / inf weights.
+With ``track_rows``, a take given the previous file's name is a row increment
+(:mod:`.increments`). A protected tensor written outside a step, unannounced, breaks the
+snapshot (:class:`SnapshotBroken`); that parameter is cloned in later snapshots.
 """
 
 from __future__ import annotations
@@ -43,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import pickle
 import threading
 import time
 import uuid
@@ -57,8 +30,10 @@ from lit_amp._io import atomic_write
 from lit_amp._pages import zeroed
 from lit_amp._sparse import coalesced
 from lit_amp.rec.online.guard import all_finite
+from lit_amp.rec.state.copy_on_write import Protected, tensor_versions, whole_rows
+from lit_amp.rec.state.increments import CHAIN_KEY, ROWS_KEY
+from lit_amp.rec.state.storage_writer import Tap, as_bytes, save_by_storage, storage_order
 from lit_amp.rec.state.touched import _row_local, step_rows
-from lit_amp.serialization import CHAIN_KEY, ROWS_KEY
 
 __all__ = ["Snapshot", "SnapshotBroken", "SnapshotStats", "Snapshots"]
 
@@ -69,9 +44,6 @@ MIN_PROTECTED_BYTES = 1 << 20
 #: a table whose changed rows are more than this fraction of its rows is written whole (its
 #: row indices would cost more than the rows saved)
 MAX_INCREMENT_FRACTION = 0.5
-#: rows per block of the store of rows copied aside
-_BLOCK_ROWS = 1 << 16
-
 _PLAIN = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device,
           torch.Size, torch.layout, torch.memory_format)
 
@@ -101,187 +73,6 @@ class SnapshotStats:
     protected: int = 0
 
 
-def _whole(t: torch.Tensor) -> bool:
-    """A dense CPU tensor of rows that is its whole storage (row ``r`` = bytes of row ``r``)."""
-    return (
-        type(t) in (torch.Tensor, torch.nn.Parameter)
-        and t.layout == torch.strided
-        and t.device.type == "cpu"
-        and t.dim() == 2
-        and t.is_contiguous()
-        and t.storage_offset() == 0
-        and t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    )
-
-
-class _RowStore:
-    """Rows copied aside, in fixed-size blocks (appending never copies what is stored)."""
-
-    def __init__(self, like: torch.Tensor) -> None:
-        self.width, self.dtype = like.shape[1], like.dtype
-        self.blocks: list[torch.Tensor] = []
-        self.n = 0
-
-    def append(self, rows: torch.Tensor) -> None:
-        done = 0
-        while done < len(rows):
-            at = self.n % _BLOCK_ROWS
-            if at == 0:
-                self.blocks.append(torch.empty(_BLOCK_ROWS, self.width, dtype=self.dtype))
-            k = min(_BLOCK_ROWS - at, len(rows) - done)
-            self.blocks[-1][at:at + k] = rows[done:done + k]
-            done += k
-            self.n += k
-
-    def gather(self, slots: torch.Tensor) -> torch.Tensor:
-        out = torch.empty(len(slots), self.width, dtype=self.dtype)
-        block = torch.div(slots, _BLOCK_ROWS, rounding_mode="floor")
-        for b in torch.unique(block).tolist():
-            sel = (block == b).nonzero().squeeze(1)
-            out[sel] = self.blocks[b][slots[sel] - b * _BLOCK_ROWS]
-        return out
-
-
-class _Protected:
-    """A row-structured parameter and its same-shaped optimizer state, copied on write."""
-
-    def __init__(self, tensors: list[torch.Tensor]) -> None:
-        self.tensors = tensors  # detached live tensors (they share the version counters)
-        self.rows = tensors[0].shape[0]
-        self.row_bytes = sum(t.shape[1] * t.element_size() for t in tensors)
-        self.slot = zeroed(self.rows)  # row -> 1 + index into the stores, 0: not copied
-        self.stores = [_RowStore(t) for t in tensors]
-        self.done = [0] * len(tensors)  # rows [0, done[i]) of tensors[i] are written
-        # a row increment: the rows written (sorted), and their bitmap; None: every row
-        self.index: torch.Tensor | None = None
-        self.member: torch.Tensor | None = None
-
-    def keep(self, which: list[bool]) -> None:
-        """Follow only the tensors marked in ``which`` (those a snapshot writes)."""
-        self.tensors = [t for t, k in zip(self.tensors, which) if k]
-        self.row_bytes = sum(t.shape[1] * t.element_size() for t in self.tensors)
-        self.stores = [_RowStore(t) for t in self.tensors]
-        self.done = [0] * len(self.tensors)
-
-    def copy_aside(self, rows: torch.Tensor) -> int:
-        """Copy the ``rows`` not written yet (and not copied before); returns how many."""
-        rows = rows[rows >= min(self.done)]
-        if self.member is not None:
-            rows = rows[self.member[rows]]
-        rows = rows[self.slot[rows] == 0]
-        k = len(rows)
-        if k:
-            n = self.stores[0].n
-            self.slot[rows] = torch.arange(n + 1, n + k + 1, dtype=self.slot.dtype)
-            for t, store in zip(self.tensors, self.stores):
-                store.append(t.index_select(0, rows))
-        return k
-
-    def overlay(self, i: int, rows: slice | torch.Tensor, buf: torch.Tensor) -> None:
-        """Make ``buf`` (the ``rows`` of tensor ``i``: a range, or increasing row numbers
-        after the last written, copied from the live tensor since the snapshot) the rows as
-        they were at the snapshot, and mark them written (under the lock). A step that changed
-        one of them during the copy had it copied aside first: it is not written yet."""
-        slots = self.slot[rows]
-        hit = slots.nonzero().squeeze(1)
-        if len(hit):
-            buf[hit] = self.stores[i].gather(slots[hit].long() - 1)
-        self.done[i] = rows.stop if isinstance(rows, slice) else int(rows[-1]) + 1
-
-    def release(self) -> None:
-        """Free the rows copied aside and the slot map."""
-        self.slot = zeroed(0)
-        self.stores = [_RowStore(t) for t in self.tensors]
-        self.done = [self.rows] * len(self.tensors)
-        self.member = None
-
-
-class _Null:
-    def write(self, b: Any) -> int:
-        return len(b)
-
-
-def _storage_order(payload: Any) -> list[torch.UntypedStorage]:
-    """The storages of ``payload`` in the order ``torch.save`` writes them.
-
-    ``torch.save`` numbers storages as its pickler first meets them; pickling the same object
-    graph with the same protocol meets them in the same order.
-    """
-    order: list[torch.UntypedStorage] = []
-    seen: dict[int, int] = {}
-
-    class _Order(pickle.Pickler):
-        def persistent_id(self, obj: Any) -> Any:
-            if isinstance(obj, torch.storage.TypedStorage) or torch.is_storage(obj):
-                s = obj._untyped_storage if isinstance(obj, torch.storage.TypedStorage) else obj
-                if s._cdata not in seen:
-                    seen[s._cdata] = len(order)
-                    order.append(s)
-                return ("storage", seen[s._cdata])
-            return None
-
-    with torch.serialization.skip_data():
-        _Order(_Null(), protocol=torch.serialization.DEFAULT_PROTOCOL).dump(payload)
-    return order
-
-
-class _StorageStream:
-    """The file ``torch.save`` writes into under ``skip_data``: where it would skip a storage's
-    bytes (``seek(n, SEEK_CUR)``), the snapshot's bytes of that storage are written instead."""
-
-    def __init__(self, f: IO[bytes], writers: list[tuple[int, Any]]) -> None:
-        self.f = f
-        self._writers = iter(writers)
-        self.error: BaseException | None = None  # torch.save reports it as "write failed"
-
-    def write(self, b: Any) -> int:
-        return self.f.write(b)
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        if whence != os.SEEK_CUR:
-            return self.f.seek(offset, whence)
-        try:
-            nbytes, write = next(self._writers, (None, None))
-            if nbytes != offset:
-                raise RuntimeError(
-                    f"online_train: a checkpoint storage of {offset} bytes was expected to hold "
-                    f"{nbytes}; the snapshot does not match torch.save's layout (nothing "
-                    "written)."
-                )
-            write(self.f)
-        except BaseException as exc:
-            self.error = exc
-            raise
-        return self.f.tell()
-
-    def tell(self) -> int:
-        return self.f.tell()
-
-    def flush(self) -> None:
-        self.f.flush()
-
-    def finish(self) -> None:
-        if next(self._writers, None) is not None:
-            raise RuntimeError("online_train: torch.save wrote fewer storages than the snapshot "
-                               "holds (nothing written).")
-
-
-class _Tap:
-    """A file whose writes are also shown to ``tap(key, chunk)`` (when given)."""
-
-    def __init__(self, f: IO[bytes], key: int, tap: Any) -> None:
-        self.f, self.key, self.tap = f, key, tap
-
-    def write(self, b: memoryview) -> int:
-        if self.tap is not None:
-            self.tap(self.key, b)
-        return self.f.write(b)
-
-
-def _as_bytes(t: torch.Tensor) -> memoryview:
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
-
-
 class Snapshot:
     """One checkpoint dict frozen at :meth:`Snapshots.take` (see the module docstring).
 
@@ -296,15 +87,15 @@ class Snapshot:
         self._weights_at = f"/{weights}/"  # where the weights checked for NaN / inf sit
         self.stats = SnapshotStats()
         self._lock = lock or threading.Lock()
-        self._protected: dict[int, tuple[_Protected, int]] = {}  # storage -> (group, tensor)
-        self._groups: dict[int, _Protected] = {}  # id(param) -> group
+        self._protected: dict[int, tuple[Protected, int]] = {}  # storage -> (group, tensor)
+        self._groups: dict[int, Protected] = {}  # id(param) -> group
         self._clones: dict[int, torch.UntypedStorage] = {}  # live storage -> its clone
         # storage -> the state_dict entries on it (checked for NaN / inf as they are written)
         self._weights: dict[int, list[tuple[str, torch.Tensor]]] = {}
         self._versions: dict[int, tuple[torch.Tensor, int]] = {}
         self._met: set[int] = set()  # protected storages the payload holds
         # a row increment: placeholder storage -> (group, tensor); [keys, rows] per tensor
-        self._partial: dict[int, tuple[_Protected, int]] = {}
+        self._partial: dict[int, tuple[Protected, int]] = {}
         self.rows: list[list] = []
         #: whether the snapshot holds only the changed rows of some tensor (a row increment)
         self.increment = False
@@ -363,7 +154,7 @@ class Snapshot:
         return frozen
 
     # ------------------------------------------------------------------ copy-on-write
-    def _protect(self, group: _Protected, key: int) -> None:
+    def _protect(self, group: Protected, key: int) -> None:
         self._groups[key] = group
         for i, t in enumerate(group.tensors):
             self._protected[t.untyped_storage()._cdata] = (group, i)
@@ -470,19 +261,11 @@ class Snapshot:
                 if group.index is not None and group.member is not None:
                     np.copyto(group.index.numpy(), np.flatnonzero(group.member.numpy()),
                               casting="unsafe")
-            writers = [(s.nbytes(), self._writer(s, tap)) for s in _storage_order(self.payload)
+            writers = [(s.nbytes(), self._writer(s, tap)) for s in storage_order(self.payload)
                        if s.nbytes()]
 
             def fill(f: IO[bytes]) -> None:
-                stream = _StorageStream(f, writers)
-                try:
-                    with torch.serialization.skip_data():
-                        torch.save(self.payload, stream)
-                except Exception:
-                    if stream.error is not None:
-                        raise stream.error from None
-                    raise
-                stream.finish()
+                save_by_storage(f, self.payload, writers)
                 with self._lock:
                     self._check_intact()  # nothing written outside a step since the last chunk
 
@@ -500,8 +283,8 @@ class Snapshot:
         if key in self._partial or key in self._protected:
             group, i = self._partial.get(key) or self._protected[key]
             name = weights[0][0] if weights else None
-            return lambda f: self._write_rows(_Tap(f, key, tap), group, i, name)
-        return lambda f: self._write_owned(_Tap(f, key, tap), storage, weights)
+            return lambda f: self._write_rows(Tap(f, key, tap), group, i, name)
+        return lambda f: self._write_owned(Tap(f, key, tap), storage, weights)
 
     def _write_owned(self, f: IO[bytes], storage: torch.UntypedStorage,
                      weights: list[tuple[str, torch.Tensor]]) -> None:
@@ -509,9 +292,9 @@ class Snapshot:
             self._check_finite(t, name)
         data = torch.empty(0, dtype=torch.uint8).set_(storage)
         for at in range(0, len(data), CHUNK_BYTES):
-            f.write(_as_bytes(data[at:at + CHUNK_BYTES]))
+            f.write(as_bytes(data[at:at + CHUNK_BYTES]))
 
-    def _write_rows(self, f: IO[bytes], group: _Protected, i: int, name: str | None) -> None:
+    def _write_rows(self, f: IO[bytes], group: Protected, i: int, name: str | None) -> None:
         """Write tensor ``i`` of ``group`` as of the snapshot, chunk by chunk: every row, or
         the rows of a row increment (``group.index``)."""
         live, index = group.tensors[i], group.index
@@ -519,7 +302,7 @@ class Snapshot:
         step = max(1, CHUNK_BYTES // max(1, live.shape[1] * live.element_size()))
         out = torch.empty(min(step, n), live.shape[1], dtype=live.dtype)
         for a in range(0, n, step):
-            # copied without the lock: see _Protected.overlay
+            # copied without the lock: see Protected.overlay
             if index is None:
                 rows = slice(a, min(n, a + step))
                 buf = out[: rows.stop - a]
@@ -532,7 +315,7 @@ class Snapshot:
                 group.overlay(i, rows, buf)
             if name is not None:
                 self._check_finite(buf, name)
-            f.write(_as_bytes(buf))
+            f.write(as_bytes(buf))
 
     def _check_intact(self) -> None:
         """Raise :class:`SnapshotBroken` if a protected tensor was written outside a step
@@ -567,11 +350,6 @@ class Snapshot:
             self._partial.clear()
             self.rows = []
             self.payload = None
-
-
-def _versions(tensors: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
-    """Where each tensor's data is and how often it was written: any change but a step's."""
-    return tuple((t.untyped_storage().data_ptr(), t._version) for t in tensors)
 
 
 class Snapshots:
@@ -650,7 +428,7 @@ class Snapshots:
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     if id(p) in self._changed or id(p) in self._changed_whole:
-                        self._seen[id(p)] = _versions(self._row_tensors(optimizer, p))
+                        self._seen[id(p)] = tensor_versions(self._row_tensors(optimizer, p))
 
     def _track(self, optimizer: Any) -> None:
         """Mark the rows this step of ``optimizer`` changes in the big tables (a sparse
@@ -684,7 +462,7 @@ class Snapshots:
                 continue
             t = b.detach()
             t = t.unsqueeze(1) if t.dim() == 1 else t
-            if _whole(t):
+            if whole_rows(t):
                 groups.setdefault(t.shape[0], (b, []))[1].append(t)
         return [(b, ts) for b, ts in groups.values() if id(b) not in self.unprotected and
                 sum(t.numel() * t.element_size() for t in ts) >= least]
@@ -719,11 +497,11 @@ class Snapshots:
                         if prev is not None:
                             self._as_increment(prot, p)
                         if self.track_rows:  # the versions the next take expects
-                            self._seen[id(p)] = _versions(prot.tensors)
+                            self._seen[id(p)] = tensor_versions(prot.tensors)
                         snap._protect(prot, id(p))
         for m in self._row_modules:
             for b, views in self._buffer_groups(m):
-                snap._protect(_Protected(views), id(b))
+                snap._protect(Protected(views), id(b))
         snap.payload = snap._freeze(payload, ())
         snap._settle()
         if self.track_rows:
@@ -738,12 +516,12 @@ class Snapshots:
         self._active = snap
         return snap
 
-    def _as_increment(self, prot: _Protected, p: torch.Tensor) -> None:
+    def _as_increment(self, prot: Protected, p: torch.Tensor) -> None:
         """Write only the rows of ``prot`` changed since the last take, if that is known: the
         table's steps were all row-local and nothing else wrote it (its versions)."""
         if not (self.track_rows and self._taken) or id(p) in self._own_rows or \
                 id(p) in self._changed_whole or id(p) not in self._seen or \
-                self._seen[id(p)] != _versions(prot.tensors):
+                self._seen[id(p)] != tensor_versions(prot.tensors):
             return
         bitmap = self._changed.get(id(p))
         if bitmap is None:
@@ -762,19 +540,19 @@ class Snapshots:
         state = opt.state.get(p, {})
         return [p.detach()] + [t.detach() for t in state.values()
                                if isinstance(t, torch.Tensor) and t.shape == p.shape
-                               and _whole(t)]
+                               and whole_rows(t)]
 
     def _big(self, p: torch.Tensor) -> bool:
         """Whether ``p`` is a table worth copying on write (else it is cloned)."""
         least = MIN_PROTECTED_BYTES if self.min_protected_bytes is None else \
             self.min_protected_bytes
-        return id(p) not in self.unprotected and _whole(p) and \
+        return id(p) not in self.unprotected and whole_rows(p) and \
             p.numel() * p.element_size() >= least
 
-    def _protectable(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> _Protected | None:
+    def _protectable(self, opt: torch.optim.Optimizer, p: torch.Tensor) -> Protected | None:
         if not self._big(p):
             return None
-        return _Protected(self._row_tensors(opt, p))
+        return Protected(self._row_tensors(opt, p))
 
     def broken(self, snap: Snapshot) -> None:
         """``snap`` was broken by a write outside a step: clone its parameters from now on."""

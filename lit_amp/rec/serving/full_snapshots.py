@@ -1,8 +1,8 @@
-"""A :class:`~lit_amp.rec.publish.DeltaPublisher`'s full snapshots, written while training goes on.
+"""Full snapshots of a :class:`~lit_amp.rec.serving.writer.DeltaPublisher`, written in a thread.
 
 At tens of millions of rows a full snapshot is gigabytes: written by the training loop it
 stalls the stream for seconds. :class:`BackgroundFullWriter` freezes the snapshot instead
-(:class:`~lit_amp.rec.online.snapshot.Snapshots`: small tensors cloned, big tables copied on
+(:class:`~lit_amp.rec.state.snapshot.Snapshots`: small tensors cloned, big tables copied on
 write) and writes it in a thread. The file's checksum (the one every versioned file carries)
 is computed from the bytes as they are written and stored beside it, in ``<file>.crc``, since
 the file's header is written before its tensors.
@@ -19,7 +19,7 @@ from concurrent.futures import Future
 import torch
 
 from lit_amp._io import BackgroundJobs, atomic_write
-from lit_amp.rec.online.snapshot import Snapshot, Snapshots
+from lit_amp.rec.state.snapshot import Snapshot, Snapshots
 
 __all__ = ["BackgroundFullWriter", "streamable"]
 
@@ -42,7 +42,7 @@ def streamable(state: dict[str, torch.Tensor]) -> bool:
 
 
 class _StreamChecksum:
-    """``publish._checksum`` of a full snapshot from the bytes as the writer streams them:
+    """``format.checksum`` of a full snapshot from the bytes as the writer streams them:
     the header, then per tensor (in key order, which is the file's order) its key, dtype and
     size, then its bytes."""
 

@@ -1,31 +1,11 @@
-"""Serving weights and resume checkpoints written by ``RecModel.online_train``.
+"""Writing published weights: :func:`publish_weights` (full layout) and :class:`DeltaPublisher`.
 
-Two kinds of files, on two cadences:
-
-- **published weights** (``publish_dir``), in one of two layouts; ``LATEST``, a one-line text
-  file, names the newest file, and every file is written with
-  :func:`lit_amp._io.atomic_write` (a hidden temp file renamed into place) before ``LATEST``
-  names it, so a reader never sees a partial file. A server polls :func:`load_published`.
-
-  - *full* (:func:`publish_weights`): ``model-{step:012d}.pt`` holding
-    ``{"network": state_dict, "step", "records", "published_at", "format"}``;
-  - *delta* (:class:`DeltaPublisher`): numbered versions of one chain per publisher.
-    ``full-{version:012d}.pt`` holds the whole ``state_dict``; ``delta-{version:012d}.pt``
-    only the rows (and the dense tensors) changed since version ``version - 1``
-    (:class:`~lit_amp.rec.state.touched.TouchedRows`), so its size follows the rows a stream
-    touched, not the table size. A version may have both. Every file carries its version,
-    the version it applies to, its chain id and a CRC32 of its content (a full snapshot
-    written in the background: in ``<file>.crc``); the reader replays the deltas after the
-    newest readable full snapshot in order and refuses a torn, missing or out-of-order one
-    (the version is then the full snapshot plus the deltas before it, and a warning says
-    which file was refused and why).
-
-- **checkpoints** (``ckpt_dir``): ``online-{step:012d}.ckpt`` (lit_amp checkpoint format;
-  ``online-{step:012d}-rows.ckpt``: a row increment, see :mod:`lit_amp.serialization`)
-  holding the network, the optimizer, the loss-scale state and, under ``"online"``, the
-  stream cursor(s) and counters — one file, so they are restored together.
-
-Every file loads with ``torch.load(weights_only=True)``.
+Every file is written with :func:`lit_amp._io.atomic_write` before ``LATEST`` names it
+(layouts: :mod:`lit_amp.rec.serving.format`). :class:`DeltaPublisher` writes a version as the
+rows its optimizers changed (:class:`~lit_amp.rec.state.touched.TouchedRows`), so a delta's
+size follows the rows a stream touched, not the table size; with ``background``, deltas and
+full snapshots are written by :class:`~lit_amp._io.BackgroundJobs` while training goes on.
+Non-finite values are never published; old chains are pruned (:func:`lit_amp._io.prune_newest`).
 """
 
 from __future__ import annotations
@@ -33,7 +13,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -45,35 +24,24 @@ import torch
 
 from lit_amp._io import BackgroundJobs, atomic_write, prune_newest
 from lit_amp._validation import check_bool, check_int, check_number
-from lit_amp.rec.full_writer import BackgroundFullWriter, streamable
 from lit_amp.rec.online.guard import all_finite
-from lit_amp.rec.online.snapshot import SnapshotBroken
+from lit_amp.rec.state.snapshot import SnapshotBroken
+from lit_amp.rec.serving.format import (
+    DELTA_FORMAT,
+    HEADER,
+    PUBLISH_FORMAT,
+    PUBLISHED,
+    VERSIONED,
+    byte_size,
+    checksum,
+    versions,
+)
+from lit_amp.rec.serving.full_snapshots import BackgroundFullWriter, streamable
 from lit_amp.rec.state.touched import MarkedRows, TouchedRows
-from lit_amp.serialization import load_checkpoint
 
-__all__ = [
-    "PUBLISH_FORMAT",
-    "DELTA_FORMAT",
-    "publish_weights",
-    "DeltaPublisher",
-    "load_published",
-    "latest_published",
-    "list_checkpoints",
-    "latest_checkpoint",
-    "plain_state",
-    "prune_checkpoints",
-]
+__all__ = ["publish_weights", "DeltaPublisher"]
 
 log = logging.getLogger(__name__)
-
-PUBLISH_FORMAT = "lit_amp.rec/1"
-#: the format of the numbered full snapshots and deltas of :class:`DeltaPublisher`
-DELTA_FORMAT = "lit_amp.rec.delta/1"
-_PUBLISHED = re.compile(r"^model-(\d+)\.pt$")
-_VERSIONED = re.compile(r"^(full|delta)-(\d+)\.pt$")
-_CKPT = re.compile(r"^online-(\d+)(-rows)?\.ckpt$")
-#: the fields of a versioned file the checksum covers besides its tensors
-_HEADER = ("format", "kind", "version", "base", "full", "chain", "step", "records")
 
 
 def _cpu_state(network: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -110,6 +78,7 @@ def publish_weights(
 
     Example:
         >>> import tempfile
+        >>> from lit_amp.rec.serving.reader import load_published
         >>> d = tempfile.mkdtemp()
         >>> p = publish_weights(torch.nn.Linear(2, 1), d, step=7)
         >>> os.path.basename(p), load_published(d)["step"]
@@ -129,46 +98,8 @@ def publish_weights(
     path = os.path.join(directory, name)
     atomic_write(path, lambda f: torch.save(payload, f))
     _write_latest(directory, name)
-    prune_newest(directory, lambda n: _PUBLISHED.match(n) and n != name, keep - 1)
+    prune_newest(directory, lambda n: PUBLISHED.match(n) and n != name, keep - 1)
     return path
-
-
-# ---------------------------------------------------------------------------------- versions
-def _crc(crc: int, t: torch.Tensor) -> int:
-    t = t.detach().cpu().contiguous().reshape(-1)
-    crc = zlib.crc32(f"{t.dtype}:{t.numel()};".encode(), crc)
-    return zlib.crc32(t.view(torch.uint8).numpy(), crc)
-
-
-def _checksum(payload: dict) -> int:
-    """CRC32 over the header fields, every tensor and every row index of a versioned file."""
-    crc = zlib.crc32(repr([payload.get(k) for k in _HEADER]).encode())
-    rows = payload["rows"]
-    for key in sorted(payload["network"]):
-        crc = zlib.crc32(key.encode(), crc)
-        crc = _crc(crc, payload["network"][key])
-        if key in rows:
-            crc = _crc(crc, rows[key])
-    return crc
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def _versions(directory: str) -> tuple[dict[int, str], dict[int, str]]:
-    """``({version: full file name}, {version: delta file name})`` of ``directory``."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return {}, {}
-    fulls: dict[int, str] = {}
-    deltas: dict[int, str] = {}
-    for n in names:
-        m = _VERSIONED.match(n)
-        if m:
-            (fulls if m.group(1) == "full" else deltas)[int(m.group(2))] = n
-    return fulls, deltas
 
 
 class DeltaPublisher:
@@ -183,7 +114,7 @@ class DeltaPublisher:
     snapshot, the files older than the newest ``keep_full_max`` full snapshots are deleted.
 
     With ``background=True`` a full snapshot is written in a thread while training goes on
-    (:class:`~lit_amp.rec.full_writer.BackgroundFullWriter`); the publish that starts it
+    (:class:`~lit_amp.rec.serving.full_snapshots.BackgroundFullWriter`); the publish that starts it
     writes the delta of its version too (so readers stay fresh during the write), unless
     that delta is the oversized kind. ``LATEST`` names a version only once a full snapshot
     at or before it in the chain is on disk; a full snapshot due while another is being
@@ -235,6 +166,7 @@ class DeltaPublisher:
         >>> emb(torch.tensor([5, 42])).sum().backward(); opt.step()
         >>> os.path.basename(pub.publish(step=2)), pub.last_rows
         ('delta-000000000002.pt', 2)
+        >>> from lit_amp.rec.serving.reader import load_published
         >>> load_published(d)["version"]
         2
     """
@@ -263,7 +195,7 @@ class DeltaPublisher:
         self.touched = TouchedRows(network)
         self._optimizers: list[torch.optim.Optimizer] = []
         self._writer: BackgroundFullWriter | None = None
-        fulls, deltas = _versions(self.directory)
+        fulls, deltas = versions(self.directory)
         self.version = max([*fulls, *deltas], default=0)  # the newest version on disk
         self.full_version: int | None = None  # this chain's newest full snapshot on disk
         self.chain: str | None = None
@@ -346,7 +278,7 @@ class DeltaPublisher:
             # in the background, the delta's rows are gathered by its writer thread
             later = self.background and not self._gather_in_loop
             delta = _delta_of(state, changes, self.touched.train_state, gather=not later)
-            full_bytes = sum(_nbytes(t) for t in state.values())
+            full_bytes = sum(byte_size(t) for t in state.values())
             size = _delta_bytes(state, delta)
             if size > self.max_fraction * full_bytes and not busy:
                 delta, want_full = None, True
@@ -446,7 +378,7 @@ class DeltaPublisher:
     def _write_file(payload: dict, path: str) -> int:
         """Checksum ``payload`` and write it atomically (in the loop, or in the background
         thread for a delta); returns the file's size."""
-        payload["checksum"] = _checksum(payload)
+        payload["checksum"] = checksum(payload)
         atomic_write(path, lambda f: torch.save(payload, f))
         return os.path.getsize(path)
 
@@ -497,10 +429,10 @@ class DeltaPublisher:
         name = f"full-{version:012d}.pt"
         path = os.path.join(self.directory, name)
         payload["checksum"] = None  # in <name>.crc, computed as the file is written
-        crc = zlib.crc32(repr([payload.get(k) for k in _HEADER]).encode())
+        crc = zlib.crc32(repr([payload.get(k) for k in HEADER]).encode())
         self._writer.start(payload, crc, version, path)
         self.last_kind, self.last_rows = "full", 0
-        self.last_bytes = sum(_nbytes(t) for t in payload["network"].values())
+        self.last_bytes = sum(byte_size(t) for t in payload["network"].values())
         return path
 
     def _full_written(self, version: int, nbytes: int | None = None) -> None:
@@ -567,15 +499,15 @@ class DeltaPublisher:
     def _prune(self) -> None:
         """Keep the newest ``keep_full`` full snapshots and the deltas after the oldest one."""
         def version(n: str) -> int:
-            return int(_VERSIONED.match(n).group(2))
+            return int(VERSIONED.match(n).group(2))
 
-        if len(_versions(self.directory)[0]) <= self.keep_full:
+        if len(versions(self.directory)[0]) <= self.keep_full:
             return
         kept = prune_newest(self.directory, r"full-\d+\.pt", self.keep_full, key=version,
                             also=lambda n: [n + ".crc"])
         if kept:
             prune_newest(self.directory,
-                         lambda n: n.startswith("delta-") and _VERSIONED.match(n) and
+                         lambda n: n.startswith("delta-") and VERSIONED.match(n) and
                          version(n) < version(kept[0]), 0)
 
 
@@ -610,13 +542,13 @@ def _delta_of(state: dict, changes: dict, train_state: set[str], *,
 def _delta_bytes(state: dict, delta: tuple[dict, dict]) -> int:
     """The bytes of a delta's tensors and row indices (rows not gathered yet counted too)."""
     values, rows = delta
-    size = sum(8 * len(r) if isinstance(r, MarkedRows) else _nbytes(r) for r in rows.values())
+    size = sum(8 * len(r) if isinstance(r, MarkedRows) else byte_size(r) for r in rows.values())
     for key, t in values.items():
         if t is None:  # len(rows) rows of the table
             t = state[key]
-            size += _nbytes(t) // max(1, t.shape[0]) * len(rows[key])
+            size += byte_size(t) // max(1, t.shape[0]) * len(rows[key])
         else:
-            size += _nbytes(t)
+            size += byte_size(t)
     return size
 
 
@@ -628,304 +560,3 @@ class _RowsWritten(RuntimeError):
         super().__init__(
             f"DeltaPublisher: version {version} was not written: {', '.join(map(repr, keys))} "
             "changed outside an optimizer step while its rows were being copied.")
-
-
-# ------------------------------------------------------------------------------------ reader
-def latest_published(publish_dir: str | os.PathLike) -> str | None:
-    """The path ``LATEST`` names, or None when nothing was published yet.
-
-    Example:
-        >>> import tempfile
-        >>> latest_published(tempfile.mkdtemp()) is None
-        True
-    """
-    directory = os.fspath(publish_dir)
-    try:
-        with open(os.path.join(directory, "LATEST")) as f:
-            name = f.read().strip()
-    except FileNotFoundError:
-        return None
-    return os.path.join(directory, name) if name else None
-
-
-def _torch_load(path: str) -> Any:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle.UnpicklingError, a truncated zip, a missing file...
-        raise ValueError(
-            f"load_published: the published weights {path!r} cannot be read "
-            f"({type(exc).__name__}: {exc})."
-        ) from exc
-
-
-def load_published(
-    publish_dir: str | os.PathLike,
-    network: torch.nn.Module | None = None,
-    *,
-    since: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Load the newest published weights (what ``LATEST`` names), optionally into ``network``.
-
-    For the delta layout (:class:`DeltaPublisher`) the newest readable full snapshot at or
-    before ``LATEST``'s version is loaded and the deltas after it are applied in order; a
-    delta that is torn (checksum), missing, out of order or of another chain is refused with
-    a warning, and the result is the version before it. With ``since`` (what an earlier call
-    returned) only the deltas after ``since``'s version are read and applied — to
-    ``network`` and to ``since``'s tensors, in place — when they continue its chain; a new
-    full snapshot is loaded whole.
-
-    Args:
-        publish_dir: the folder the publisher writes.
-        network: a module to load the weights into, or None.
-        since: a dict this function returned before, to poll for newer versions cheaply.
-
-    Returns:
-        The published dict (``"network"``: the whole state, ``"step"``, ``"records"``,
-        ``"published_at"``; for the delta layout also ``"version"``, ``"full"`` (the full
-        snapshot's version), ``"chain"`` and ``"refused"`` (the refused file and why, or
-        None)). ``since`` itself when nothing newer was published; after deltas, a new dict
-        sharing ``since``'s (updated) tensors.
-
-    Raises:
-        ValueError: nothing was published in ``publish_dir``, or no full snapshot (full
-            layout: the file ``LATEST`` names) can be read.
-
-    Example:
-        >>> import tempfile
-        >>> d = tempfile.mkdtemp()
-        >>> _ = publish_weights(torch.nn.Linear(2, 1), d, step=3, records=300)
-        >>> serving = torch.nn.Linear(2, 1)
-        >>> load_published(d, serving)["records"]
-        300
-    """
-    path = latest_published(publish_dir)
-    if path is None:
-        raise ValueError(
-            f"load_published: no published weights in {os.fspath(publish_dir)!r} (no LATEST)."
-        )
-    m = _VERSIONED.match(os.path.basename(path))
-    if m is not None:
-        return _load_versioned(os.path.dirname(path), int(m.group(2)), network, since)
-    payload = _torch_load(path)
-    if not isinstance(payload, dict) or "network" not in payload:
-        raise ValueError(f"load_published: {path!r} does not hold published weights.")
-    if network is not None:
-        network.load_state_dict(payload["network"])
-    return payload
-
-
-def _load_versioned(directory: str, head: int, network: Any, since: dict | None) -> dict:
-    full_files, deltas = _versions(directory)
-    fulls = sorted((v for v in full_files if v <= head), reverse=True)
-    # a full snapshot newer than ``since`` may start a new chain: then it is loaded whole
-    if since is not None and since.get("format") == DELTA_FORMAT and fulls and \
-            fulls[0] <= since.get("version", -1) <= head:
-        if since["version"] == head:
-            return since
-        # a new dict (``since``'s version stays as it was); the tensors are updated in place
-        return _replay(directory, deltas, {**since, "refused": None}, head, network)
-    errors = []
-    for full in fulls:
-        name = full_files[full]
-        try:
-            payload = _read_versioned(directory, name, "full", full)
-        except ValueError as exc:
-            log.warning("load_published: the full snapshot %s is refused (%s); trying the "
-                        "previous one.", name, exc)
-            errors.append(f"{name}: {exc}")
-            continue
-        if network is not None:
-            network.load_state_dict(payload["network"])
-            payload["network"] = network.state_dict()  # the network's own tensors
-        payload["refused"] = None
-        return _replay(directory, deltas, payload, head, network)
-    raise ValueError(
-        f"load_published: no readable full snapshot at or before version {head} in "
-        f"{directory!r} ({'; '.join(errors)[:2000] or 'none found'})."
-    )
-
-
-def _read_versioned(directory: str, name: str, kind: str, version: int) -> dict:
-    """A versioned file, checked: its format, kind, version and checksum."""
-    payload = _torch_load(os.path.join(directory, name))
-    if not isinstance(payload, dict) or payload.get("format") != DELTA_FORMAT or \
-            not isinstance(payload.get("network"), dict) or \
-            not isinstance(payload.get("rows"), dict):
-        raise ValueError(f"{name} is not a {DELTA_FORMAT} file")
-    if payload.get("kind") != kind or payload.get("version") != version:
-        raise ValueError(f"{name} holds {payload.get('kind')} version "
-                         f"{payload.get('version')}, not {kind} version {version}")
-    expected = payload.get("checksum")
-    if expected is None and kind == "full":  # written in the background: beside the file
-        expected = _sidecar_checksum(os.path.join(directory, name + ".crc"), name)
-    try:
-        crc = _checksum(payload)
-    except Exception as exc:  # a value of the wrong type in a crafted file
-        raise ValueError(f"{name} cannot be checked ({type(exc).__name__}: {exc})") from exc
-    if crc != expected:
-        raise ValueError(f"{name} fails its checksum (torn or altered)")
-    return payload
-
-
-def _sidecar_checksum(path: str, name: str) -> int:
-    try:
-        with open(path, "rb") as f:
-            return int(f.read(32).decode().strip())
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{name} has no readable checksum file ({exc})") from exc
-
-
-def _replay(directory: str, deltas: dict, payload: dict, head: int, network: Any) -> dict:
-    """Apply the deltas after ``payload``'s version up to ``head`` in order; stop at the
-    first one that is missing, unreadable or does not continue the chain."""
-    loaders = _row_loaders(network)
-    while payload["version"] < head:
-        v = payload["version"] + 1
-        name = deltas.get(v, f"delta-{v:012d}.pt")
-        try:
-            if v not in deltas:
-                raise ValueError(f"{name} is missing")
-            delta = _read_versioned(directory, name, "delta", v)
-            _check_delta(delta, payload, name)
-        except ValueError as exc:
-            payload["refused"] = str(exc)
-            log.warning(
-                "load_published: delta version %d refused: %s; serving version %d (full "
-                "snapshot %d + %d deltas) instead of %d.",
-                v, exc, payload["version"], payload["full"],
-                payload["version"] - payload["full"], head,
-            )
-            return payload
-        with torch.no_grad():
-            for key, values in delta["network"].items():
-                rows = delta["rows"].get(key)
-                if key in loaders:
-                    module, local = loaders[key]
-                    module.load_rows(local, rows, values)
-                elif rows is None:
-                    payload["network"][key].copy_(values)
-                else:
-                    payload["network"][key].index_copy_(0, rows, values)
-        for k in ("version", "step", "records", "published_at"):
-            payload[k] = delta[k]
-    return payload
-
-
-def _check_delta(delta: dict, payload: dict, name: str) -> None:
-    """Refuse a delta that does not continue ``payload``'s chain or does not fit its tensors
-    (checked whole before any of it is applied: a delta is applied entirely or not at all)."""
-    if delta.get("chain") != payload["chain"] or delta.get("base") != payload["version"]:
-        raise ValueError(
-            f"{name} does not continue version {payload['version']} of full snapshot "
-            f"{payload['full']} (it applies to version {delta.get('base')} of full snapshot "
-            f"{delta.get('full')}, chain {str(delta.get('chain'))[:8]})"
-        )
-    state = payload["network"]
-    for key, values in delta["network"].items():
-        target = state.get(key)
-        rows = delta["rows"].get(key)
-        if target is None or not torch.is_tensor(values) or values.dtype != target.dtype:
-            raise ValueError(f"{name}: {key!r} does not match the published state")
-        if rows is None:
-            ok = values.shape == target.shape
-        else:
-            ok = (torch.is_tensor(rows) and rows.dtype == torch.long and rows.dim() == 1
-                  and values.shape == (rows.numel(), *target.shape[1:])
-                  and (rows.numel() == 0 or (int(rows.min()) >= 0
-                                             and int(rows.max()) < target.shape[0])))
-        if not ok:
-            raise ValueError(f"{name}: the rows of {key!r} do not fit the published state")
-
-
-def _row_loaders(network: Any) -> dict[str, tuple[Any, str]]:
-    """``{state key: (module, local name)}`` for the tensors a module loads by rows itself
-    (``load_rows``: e.g. an id map that keeps a hash table beside its rows)."""
-    if network is None:
-        return {}
-    out = {}
-    for prefix, m in network.named_modules():
-        if callable(getattr(m, "load_rows", None)):
-            p = f"{prefix}." if prefix else ""
-            for local in m.row_state:
-                out[p + local] = (m, local)
-    return out
-
-
-def list_checkpoints(ckpt_dir: str | os.PathLike) -> list[str]:
-    """The ``online-*.ckpt`` files of ``ckpt_dir``, oldest first.
-
-    Example:
-        >>> list_checkpoints("/nonexistent")
-        []
-    """
-    directory = os.fspath(ckpt_dir)
-    try:
-        names = sorted((n for n in os.listdir(directory) if _CKPT.match(n)),
-                       key=lambda n: int(_CKPT.match(n).group(1)))
-    except FileNotFoundError:
-        return []
-    return [os.path.join(directory, n) for n in names]
-
-
-def latest_checkpoint(ckpt_dir: str | os.PathLike) -> tuple[str, dict] | None:
-    """The newest readable online checkpoint as ``(path, state)``, or None when there is none.
-
-    A file that cannot be read is skipped with a warning (the previous one is used).
-
-    Raises:
-        RuntimeError: checkpoints exist but none can be read (starting over silently would
-            retrain the whole stream).
-
-    Example:
-        >>> import tempfile
-        >>> latest_checkpoint(tempfile.mkdtemp()) is None
-        True
-    """
-    files = list_checkpoints(ckpt_dir)
-    errors = []
-    for path in reversed(files):
-        try:
-            state = load_checkpoint(path)  # weights_only: tensors and plain containers
-        except Exception as exc:
-            log.warning("Skipping the unreadable checkpoint %s: %s", path, exc)
-            errors.append(f"{os.path.basename(path)}: {exc}")
-            continue
-        if "online" in state:
-            return path, state
-        log.warning("Skipping %s: it has no 'online' section.", path)
-        errors.append(f"{os.path.basename(path)}: no 'online' section")
-    if files:
-        raise RuntimeError(
-            f"online_train: none of the {len(files)} checkpoint(s) in {os.fspath(ckpt_dir)!r} "
-            f"can be resumed from ({'; '.join(errors)[:2000]}); move them away to start over, "
-            "or pass resume=False."
-        )
-    return None
-
-
-def plain_state(obj: Any) -> Any:
-    """``obj`` with sets as sorted lists and tuples as lists: loadable with ``weights_only``.
-
-    Example:
-        >>> plain_state({"done": frozenset({"b", "a"}), "partial": {"c": 3}})
-        {'done': ['a', 'b'], 'partial': {'c': 3}}
-    """
-    if isinstance(obj, dict):
-        return {k: plain_state(v) for k, v in obj.items()}
-    if isinstance(obj, (set, frozenset)):
-        return sorted(plain_state(v) for v in obj)
-    if isinstance(obj, (list, tuple)):
-        return [plain_state(v) for v in obj]
-    return obj
-
-
-def prune_checkpoints(ckpt_dir: str | os.PathLike, keep: int) -> None:
-    """Delete all but the newest ``keep`` online checkpoints and the chains they need (a row
-    increment ``online-{step}-rows.ckpt`` needs every file back to the whole checkpoint
-    before it).
-
-    Example:
-        >>> prune_checkpoints("/nonexistent", keep=2)
-    """
-    prune_newest(ckpt_dir, _CKPT, keep, key=lambda n: int(_CKPT.match(n).group(1)),
-                 needs_previous=lambda n: bool(_CKPT.match(n).group(2)))

@@ -16,8 +16,8 @@ from torch import nn
 
 from lit_amp.rec import LazyAdam
 from lit_amp.rec.modules.id_embedding import IdEmbedding
-from lit_amp.rec.online import snapshot as snapshot_mod
-from lit_amp.rec.online.snapshot import SnapshotBroken, Snapshots
+from lit_amp.rec.state import snapshot as snapshot_mod
+from lit_amp.rec.state.snapshot import SnapshotBroken, Snapshots
 from lit_amp.serialization import load_checkpoint
 from tests.helpers.pages import CACHE_ADVICE, resident_pages
 
@@ -74,7 +74,7 @@ def _write_while_training(snap, path, during) -> dict:
     """Write ``snap`` in a thread; once its first chunk of table rows is written, run
     ``during()`` (training steps) before the writer goes on. Returns the file's content."""
     started, go = threading.Event(), threading.Event()
-    overlay, as_bytes = snapshot_mod._Protected.overlay, snapshot_mod._as_bytes
+    overlay, as_bytes = snapshot_mod.Protected.overlay, snapshot_mod.as_bytes
     chunks = []
 
     def counted(self, *args):
@@ -96,7 +96,7 @@ def _write_while_training(snap, path, during) -> dict:
             errors.append(exc)
             started.set()
 
-    snapshot_mod._Protected.overlay, snapshot_mod._as_bytes = counted, paused
+    snapshot_mod.Protected.overlay, snapshot_mod.as_bytes = counted, paused
     try:
         writer = threading.Thread(target=run)
         writer.start()
@@ -105,7 +105,7 @@ def _write_while_training(snap, path, during) -> dict:
         go.set()
         writer.join(60)
     finally:
-        snapshot_mod._Protected.overlay, snapshot_mod._as_bytes = overlay, as_bytes
+        snapshot_mod.Protected.overlay, snapshot_mod.as_bytes = overlay, as_bytes
     if errors:
         raise errors[0]
     assert len(chunks) > 2  # the rows were written in several chunks, around the steps

@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from lit_amp.rec import LazyAdam, PublishOptions, StopOptions, WideDeep
-from lit_amp.rec.full_writer import BackgroundFullWriter
-from lit_amp.rec.publish import DeltaPublisher, latest_published, load_published
+from lit_amp.rec.serving.full_snapshots import BackgroundFullWriter
+from lit_amp.rec.serving.reader import latest_published, load_published
+from lit_amp.rec.serving.writer import DeltaPublisher
 from lit_amp.rec.sources import SyntheticClickSource
 from tests.rec._helpers import Recorder, make_model
 
@@ -153,7 +154,7 @@ def test_rows_written_outside_a_step_during_the_copy_abandon_that_delta(tmp_path
     with torch.no_grad():  # in place, outside an optimizer step, while the copy waits
         net.emb.weight[7] += 1.0
     held_gather.set()
-    with caplog.at_level("WARNING", logger="lit_amp.rec.publish"):
+    with caplog.at_level("WARNING", logger="lit_amp.rec.serving.writer"):
         pub.poll(wait=True)  # abandoned, not raised
     assert "changed outside an optimizer step" in caplog.text
     assert load_published(tmp_path)["version"] == 1  # LATEST still names the full snapshot
