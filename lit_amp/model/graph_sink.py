@@ -94,7 +94,7 @@ class SinkGraph:
     """Runs the sinks of one ``train`` call: eagerly, or through one captured CUDA graph.
 
     ``LitModel`` makes one per ``train`` call (at the first sink) and releases it when
-    training ends. The module docstring gives the rules.
+    training ends. The rules: docs/differences.md, "Sink mode as a CUDA graph".
 
     Args:
         lit: the :class:`~lit_amp.model.lit_model.LitModel`.
@@ -211,7 +211,8 @@ class SinkGraph:
         self._note(reason)
 
     def _cast_every_step(self) -> None:
-        """AMP: no cached low-precision copies while a graph may replay (see the module)."""
+        """AMP: no cached low-precision copies while a graph may replay (a replayed update
+        bumps no version counter, which the cast cache reads)."""
         from lit_amp.amp.casting import invalidate_cast_cache
 
         net = self._lit.network

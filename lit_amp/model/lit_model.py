@@ -1,32 +1,22 @@
 """``LitModel``: MindSpore's ``Model`` networks (train / eval / predict) as a LightningModule.
 
-``LitModel(network, loss_fn, optimizer, metrics, eval_network, eval_indexes, amp_level,
-boost_level, **kwargs)`` takes ``Model``'s constructor (docs/semantics.md §1.1, minus
-``trainer``) and builds the same three networks (docs/semantics.md §1.2). It trains with
-manual optimization, exactly like MindSpore's ``TrainOneStepCell`` /
-``TrainOneStepWithLossScaleCell``: forward, loss (fp32), scaled backward, unscale, overflow
-check, step or skip — so it works in anyone's Trainer:
+It takes ``Model``'s constructor (docs/semantics.md §1.1, minus ``trainer``), builds the same
+three networks (§1.2) and trains with manual optimization exactly like MindSpore's
+``TrainOneStepCell`` (forward, fp32 loss, scaled backward, unscale, overflow check, step or
+skip), so it works in anyone's Trainer, Lightning's habits included (``accumulate_grad_batches``,
+gradient clipping, ``train/``-``val/``-``test/`` logging, ``load_from_checkpoint``):
 
     L.Trainer(max_epochs=3).fit(LitModel(net, loss, opt, metrics={"acc"}), train_dl, val_dl)
 
-Lightning's habits hold: ``Trainer(accumulate_grad_batches=, gradient_clip_val=,
-gradient_clip_algorithm=)`` are honoured by the manual step (clipping after unscaling, skipped
-with the step on overflow), ``trainer.predict`` on ``(x, y)`` batches feeds ``x``, values are
-logged as ``train/...``, ``val/...``, ``test/...`` (``Model``'s callbacks and results keep
-MindSpore's bare names) and ``LitModel.load_from_checkpoint(path, network=...)`` works.
-
-Size: one LightningModule. Its hooks (train step, evaluation, predict) share the three
-networks and the step counters and must be methods of the module; the argument rules
-(``_checks``), the Lightning glue (``_lightning``), FSDP2 (``sharding``) and the checkpoint
-state (``lit_state``) already live beside it.
+Its hooks share the networks and step counters, so they are methods of the module, written in
+mixins beside it: the train step (``train_step``, also the seam the sink CUDA graph drives),
+evaluation, LR schedulers and the checkpoint state (``lit_state``).
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
-import warnings
 from typing import Any
 
 import lightning as L
@@ -34,9 +24,9 @@ import torch
 from torch import nn
 
 from lit_amp.amp.cells import TrainOneStepCell, WithEvalCell, WithLossCell
+from lit_amp.amp.levels import LEVEL_TABLE
 from lit_amp.amp.loss_scale.controller import LossScaleController
-from lit_amp.metrics import get_metrics, metric_value_to_python, update_metrics
-from lit_amp.metrics.aggregation import Loss
+from lit_amp.metrics import get_metrics
 from lit_amp.model._checks import MODEL_KWARGS, check_model_arguments
 from lit_amp.model._lightning import (
     all_on_cpu,
@@ -44,64 +34,23 @@ from lit_amp.model._lightning import (
     check_training_strategy,
     compile_network_instead,
     fast_path_ok,
-    mean_over_ranks,
 )
 from lit_amp.model.data_checks import as_batch_tuple
+from lit_amp.model.evaluation import EvaluationMixin
 from lit_amp.model.graph_plan import check_sink_graph
 from lit_amp.model.graph_sink import SinkGraph
 from lit_amp.model.lit_state import CheckpointStateMixin
-from lit_amp.model.rank_placement import NO_BATCH, padding_trim
-from lit_amp.model.sharding import broadcast_buffers, gathered, is_fsdp2, prepare_sharded
+from lit_amp.model.lr_schedulers import LrSchedulerMixin
+from lit_amp.model.sharding import broadcast_buffers, is_fsdp2, prepare_sharded
 from lit_amp.model.train_step import TrainStepMixin
 
 __all__ = ["LitModel", "MODEL_KWARGS"]
 
 log = logging.getLogger(__name__)
 
-#: LR scheduler keys Lightning drops under manual optimization (LitModel honours them)
-_SCHEDULER_KEYS = ("monitor", "strict", "reduce_on_plateau")
 
-
-def _take_scheduler_keys(conf: Any, found: list[tuple[Any, dict[str, Any]]]) -> Any:
-    """``configure_optimizers``' output without the keys of :data:`_SCHEDULER_KEYS`.
-
-    Lightning drops them (with a warning to step the schedulers by hand) when a module
-    optimizes manually; ``LitModel`` steps its schedulers itself, so it takes them first:
-    ``(scheduler, {key: value})`` pairs are appended to ``found``. A ``"monitor"`` beside
-    ``"optimizer"`` applies to that dict's ``"lr_scheduler"``, as in Lightning. The user's
-    dicts are copied, not changed.
-
-    Example:
-        >>> found = []
-        >>> _take_scheduler_keys({"optimizer": "opt", "lr_scheduler": "s", "monitor": "m"},
-        ...                      found)
-        {'optimizer': 'opt', 'lr_scheduler': {'scheduler': 's'}}
-        >>> found
-        [('s', {'monitor': 'm'})]
-    """
-    if isinstance(conf, dict) and "scheduler" in conf:
-        keys = {k: conf[k] for k in _SCHEDULER_KEYS if k in conf}
-        if keys:
-            found.append((conf["scheduler"], keys))
-        return {k: v for k, v in conf.items() if k not in _SCHEDULER_KEYS}
-    if isinstance(conf, dict) and "optimizer" in conf:
-        out = dict(conf)
-        monitor = out.pop("monitor", None)
-        sched = out.get("lr_scheduler")
-        if monitor is not None and sched is not None:
-            sched = dict(sched) if isinstance(sched, dict) else {"scheduler": sched}
-            sched.setdefault("monitor", monitor)
-        if sched is not None:
-            out["lr_scheduler"] = _take_scheduler_keys(sched, found)
-        return out
-    if isinstance(conf, list):
-        return [_take_scheduler_keys(c, found) for c in conf]
-    if type(conf) is tuple:
-        return tuple(_take_scheduler_keys(c, found) for c in conf)
-    return conf
-
-
-class LitModel(TrainStepMixin, CheckpointStateMixin, L.LightningModule):
+class LitModel(TrainStepMixin, EvaluationMixin, LrSchedulerMixin, CheckpointStateMixin,
+               L.LightningModule):
     """MindSpore's ``Model`` networks as a LightningModule.
 
     Args:
@@ -113,8 +62,8 @@ class LitModel(TrainStepMixin, CheckpointStateMixin, L.LightningModule):
         eval_network: a custom evaluation network (used as-is).
         eval_indexes: ``[loss_index, predict_index, label_index]`` into ``eval_network``'s
             outputs.
-        amp_level: "O0", "O1", "O2", "O3" or "auto".
-        boost_level: "O0", "O1" or "O2".
+        amp_level: one of :data:`~lit_amp.amp.names.AMP_LEVELS` ("O0": none).
+        boost_level: one of :data:`~lit_amp.amp.names.BOOST_LEVELS` ("O0": none).
         **kwargs: exactly MindSpore's: ``loss_scale_manager``, ``keep_batchnorm_fp32``,
             ``boost_config_dict`` (``acc_level`` is a deprecated alias of boost_level).
 
@@ -236,9 +185,11 @@ class LitModel(TrainStepMixin, CheckpointStateMixin, L.LightningModule):
             if any(id(p) not in own for p in eval_network.parameters()):
                 self.user_eval_network = eval_network  # registered: has parameters of its own
         elif self.metric_fns:
-            self._eval_network = WithEvalCell(
-                network, loss_fn, add_cast_fp32=self.amp_level in ("O2", "O3", "auto")
-            )
+            # MindSpore's rule: a level that casts the network ("auto" resolves to O2) casts
+            # the eval outputs back to float32
+            casts = self.amp_level == "auto" or (
+                LEVEL_TABLE.get(self.amp_level, {}).get("cast_model_type") == "low")
+            self._eval_network = WithEvalCell(network, loss_fn, add_cast_fp32=casts)
             self.eval_indexes = [0, 1, 2]
         else:
             self._eval_network = None
@@ -330,8 +281,6 @@ class LitModel(TrainStepMixin, CheckpointStateMixin, L.LightningModule):
                     "eager_steps": 0, "captures": 0}
         return run.status
 
-    # the pre-1.0 private spelling, kept while other modules move to ``sink_mode``
-
     def forward(self, *inputs: Any) -> Any:
         """The backbone's forward (what ``predict`` returns)."""
         return self.network(*inputs)
@@ -387,110 +336,6 @@ class LitModel(TrainStepMixin, CheckpointStateMixin, L.LightningModule):
         if is_fsdp2(strategy):
             fitting = str(getattr(self.trainer.state.fn, "value", "")) == "fit"
             prepare_sharded(self, strategy, fitting=fitting)
-
-    # ------------------------------------------------------------------ optimizers
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Wrap a subclass's ``configure_optimizers`` so that the LR scheduler keys Lightning
-        drops under manual optimization (``monitor``, ``strict``, ``reduce_on_plateau``)
-        reach :meth:`_plan_lr_schedulers` (see :func:`_take_scheduler_keys`)."""
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("configure_optimizers")
-        if own is None or getattr(own, "_lit_amp_keys_taken", False):
-            return
-
-        @functools.wraps(own)
-        def configure_optimizers(self: LitModel) -> Any:
-            return _take_scheduler_keys(own(self), self.__dict__.setdefault("_lr_keys", []))
-
-        configure_optimizers._lit_amp_keys_taken = True  # type: ignore[attr-defined]
-        cls.configure_optimizers = configure_optimizers  # type: ignore[method-assign]
-
-    def configure_optimizers(self) -> Any:
-        """Lightning hook: the optimizer; a subclass may return LR schedulers with it.
-
-        Any of Lightning's forms works (``{"optimizer": opt, "lr_scheduler": sched or
-        {"scheduler": sched, "interval": "epoch" | "step", "frequency": n, "monitor": key,
-        "strict": bool}}``, ``([opt], [sched])``...). LitModel optimizes manually, where
-        Lightning leaves the schedulers to the module; LitModel steps them as Lightning's
-        automatic optimization would: ``"step"`` ones after every ``frequency``-th optimizer
-        step that was taken (an overflow-skipped step does not count), ``"epoch"`` ones at the
-        end of every ``frequency``-th training epoch, ``ReduceLROnPlateau`` with the logged
-        value of ``monitor`` (see :meth:`_step_lr_schedulers`), all through
-        :meth:`lr_scheduler_step`.
-        """
-        return self._optimizer
-
-    def _plan_lr_schedulers(self) -> None:
-        """Check the Trainer's LR scheduler configs and note how each is stepped.
-
-        Raises:
-            ValueError: an ``interval`` other than "step"/"epoch", a ``frequency`` that is not
-                a positive int, a ``ReduceLROnPlateau`` without ``monitor``.
-        """
-        keys, self.__dict__["_lr_keys"] = self.__dict__.get("_lr_keys", []), []
-        plan = []
-        for config in self.trainer.lr_scheduler_configs:
-            sched = config.scheduler
-            extra = next((k for s, k in reversed(keys) if s is sched), {})
-            name = type(sched).__name__
-            if config.interval not in ("step", "epoch"):
-                raise ValueError(
-                    f"For 'LitModel', the 'interval' of the LR scheduler {name} must be 'step' "
-                    f"or 'epoch', but got {config.interval!r}."
-                )
-            freq = config.frequency
-            if not isinstance(freq, int) or isinstance(freq, bool) or freq < 1:
-                raise ValueError(
-                    f"For 'LitModel', the 'frequency' of the LR scheduler {name} must be a "
-                    f"positive int, but got {freq!r}."
-                )
-            plateau = bool(extra.get("reduce_on_plateau")) or isinstance(
-                sched, torch.optim.lr_scheduler.ReduceLROnPlateau)
-            monitor = extra.get("monitor")
-            if plateau and monitor is None:
-                raise ValueError(
-                    f"For 'LitModel', the LR scheduler {name} reduces on a plateau and needs a "
-                    "'monitor': return {'optimizer': opt, 'lr_scheduler': {'scheduler': sched, "
-                    "'monitor': 'val/eval_loss'}} (or another logged name) from "
-                    "configure_optimizers."
-                )
-            plan.append((config, plateau, monitor, bool(extra.get("strict", True))))
-        self.__dict__["_lr_plan"] = plan
-        self._lr_plateau_due = False
-
-    def _step_lr_schedulers(self, interval: str, plateau: bool) -> None:
-        """Step the ``interval`` schedulers (plateau ones or the others) that are due now.
-
-        Due: ``"step"`` ones when the number of optimizer steps taken (``global_step``) is a
-        multiple of their ``frequency``, ``"epoch"`` ones when the number of the epoch ending
-        (``current_epoch + 1``) is. A plateau scheduler gets the value of its ``monitor`` in
-        ``trainer.callback_metrics``.
-
-        Raises:
-            RuntimeError: a plateau scheduler's ``monitor`` is not among the logged values (a
-                warning and no update with ``"strict": False``).
-        """
-        trainer = self.trainer
-        count = trainer.global_step if interval == "step" else trainer.current_epoch + 1
-        for config, is_plateau, monitor, strict in self.__dict__["_lr_plan"]:
-            if config.interval != interval or is_plateau != plateau or count % config.frequency:
-                continue
-            value = None
-            if is_plateau:
-                value = trainer.callback_metrics.get(monitor)
-                if value is None:
-                    msg = (f"For 'LitModel', the LR scheduler {type(config.scheduler).__name__} "
-                           f"monitors {monitor!r}, which is not among the logged values "
-                           f"{sorted(trainer.callback_metrics)} at this {interval}'s end")
-                    if strict:
-                        raise RuntimeError(
-                            f"{msg}: log it, monitor one of those, or set 'strict': False in "
-                            "the scheduler's dict to skip the update when it is missing."
-                        )
-                    warnings.warn(f"{msg}: the update is skipped ('strict': False).",
-                                  RuntimeWarning, stacklevel=2)
-                    continue
-            self.lr_scheduler_step(config.scheduler, value)
 
     # ------------------------------------------------------------------ boost
     def configure_callbacks(self) -> list:
@@ -608,20 +453,6 @@ class LitModel(TrainStepMixin, CheckpointStateMixin, L.LightningModule):
             self._lr_plateau_due = False
             self._step_lr_schedulers("step", plateau=True)
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # Lightning's order: epoch schedulers step after the epoch's last batch, before the
-        # validation at its end (a checkpoint saved there holds the stepped schedule)
-        if self.__dict__["_lr_plan"] and self._at_epoch_end(batch_idx):
-            self._step_lr_schedulers("epoch", plateau=False)
-
-    def on_train_epoch_end(self) -> None:
-        # plateau schedulers after the epoch's values (validation included) are logged
-        if self.__dict__["_lr_plan"]:
-            if self._lr_plateau_due:
-                self._lr_plateau_due = False
-                self._step_lr_schedulers("step", plateau=True)
-            self._step_lr_schedulers("epoch", plateau=True)
-
     def _at_epoch_end(self, batch_idx: int) -> bool:
         """Whether ``batch_idx`` is the epoch's last training batch (Lightning's test)."""
         loop = self.trainer.fit_loop.epoch_loop
@@ -657,133 +488,6 @@ class LitModel(TrainStepMixin, CheckpointStateMixin, L.LightningModule):
                 self.log("train/skipped_steps", float(self.loss_scale.skipped_steps),
                          on_step=True, on_epoch=False)
         return out
-
-    # ------------------------------------------------------------------ evaluation
-    def on_validation_epoch_start(self) -> None:
-        self._broadcast_buffers()
-        self._gather_for_eval()
-        self.begin_eval()
-        # a DistributedSampler (Lightning's or the user's) repeats samples to pad the ranks
-        self.__dict__["_eval_trim"] = padding_trim(self.trainer.val_dataloaders)
-
-    def on_test_epoch_start(self) -> None:
-        self._gather_for_eval()
-        self.begin_eval()
-        self.__dict__["_eval_trim"] = padding_trim(self.trainer.test_dataloaders)
-
-    def on_predict_epoch_start(self) -> None:
-        self._gather_for_eval()
-
-    def on_predict_epoch_end(self) -> None:
-        self._release_eval_gather()
-
-    def _gather_for_eval(self) -> None:
-        """FSDP2: parameters gathered for the whole pass (ranks may see unequal batches)."""
-        self._release_eval_gather()
-        ctx = gathered(self.network)
-        ctx.__enter__()
-        self.__dict__["_eval_gather"] = ctx
-
-    def _release_eval_gather(self) -> None:
-        ctx = self.__dict__.pop("_eval_gather", None)
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
-
-    def begin_eval(self) -> None:
-        """Start an evaluation pass: reset the metrics and the running eval loss.
-
-        Lightning calls it at the start of each validation/test epoch; loops that evaluate
-        outside a Trainer epoch (``RecModel.online_train``'s held-out window) call it, then
-        :meth:`eval_step` per batch, then :meth:`end_eval`.
-
-        Raises:
-            ValueError: the model has no metrics.
-
-        Example:
-            >>> net = nn.Linear(4, 3)
-            >>> lit = LitModel(net, nn.CrossEntropyLoss(), metrics={"acc"})
-            >>> lit.begin_eval()
-            >>> _ = lit.eval_step((torch.randn(4, 4), torch.tensor([0, 1, 2, 0])))
-            >>> lit.end_eval()
-            >>> sorted(lit.last_eval_results["metrics"])
-            ['acc']
-        """
-        if not self.metric_fns:
-            raise ValueError(
-                "Evaluation needs 'metrics': construct the model with metrics={...} "
-                "(for example {'acc'})."
-            )
-        for m in self.metric_fns.values():
-            m.reset()
-        self._eval_loss_sum = None
-        self._eval_loss_n = 0
-
-    def eval_step(self, batch: Any) -> Any:
-        """Run the eval network on one batch, update the metrics; returns the raw outputs."""
-        assert self._eval_network is not None
-        inputs = as_batch_tuple(batch, expect_pair=False)
-        outputs = self._eval_network(*inputs)
-        update_metrics(self.metric_fns, outputs, self.eval_indexes)
-        if self.eval_indexes is not None:
-            loss = outputs[self.eval_indexes[0]]
-            if torch.is_tensor(loss):
-                loss = loss.detach().float().mean()
-                self._eval_loss_sum = (
-                    loss if self._eval_loss_sum is None else self._eval_loss_sum + loss
-                )
-                self._eval_loss_n += 1
-        return outputs
-
-    def validation_step(self, batch: Any, batch_idx: int) -> Any:
-        return self._eval_batch(batch, batch_idx)
-
-    def test_step(self, batch: Any, batch_idx: int) -> Any:
-        return self._eval_batch(batch, batch_idx)
-
-    def _eval_batch(self, batch: Any, batch_idx: int) -> Any:
-        """One evaluation step; the samples a padding sampler repeated are not counted."""
-        trim = self.__dict__.get("_eval_trim")
-        if trim is not None and batch is not NO_BATCH:
-            batch = trim(batch, batch_idx)
-        return None if batch is NO_BATCH else self.eval_step(batch)
-
-
-    def end_eval(self, prefix: str = "") -> None:
-        """Finish an evaluation pass: compute the metrics and the mean eval loss.
-
-        The mean loss is reduced over the ranks under DDP (every rank takes part, also one
-        that evaluated no batch). Scalar results are logged (``prefix`` + name) when attached
-        to a Trainer -- a ``Loss`` metric (``metrics={"loss"}``) is the mean eval loss by
-        construction, so it is logged once, as ``eval_loss`` -- and all results land in
-        ``last_eval_results`` (``{"metrics": {...}, "eval_loss": float | None}``).
-
-        Args:
-            prefix: prepended to the logged names.
-        """
-        results: dict[str, Any] = {}
-        for name, m in self.metric_fns.items():
-            results[name] = metric_value_to_python(m.compute())
-        trainer = self.trainer if self._trainer is not None else None
-        eval_loss = mean_over_ranks(trainer, self._eval_loss_sum, self._eval_loss_n)
-        scalars = {k: v for k, v in results.items() if isinstance(v, float)}
-        if eval_loss is not None:
-            # Loss: Σ_k mean(loss_k) / n_batches of outputs[eval_indexes[0]], as eval_loss
-            for k, m in self.metric_fns.items():
-                if type(m) is Loss:
-                    scalars.pop(k, None)
-            scalars["eval_loss"] = eval_loss
-        if scalars and self._trainer is not None:
-            self.log_dict({f"{prefix}{k}": v for k, v in scalars.items()}, sync_dist=False)
-        self.last_eval_results = {"metrics": results, "eval_loss": eval_loss}
-
-
-    def on_validation_epoch_end(self) -> None:
-        self._release_eval_gather()
-        self.end_eval("val/")
-
-    def on_test_epoch_end(self) -> None:
-        self._release_eval_gather()
-        self.end_eval("test/")
 
     # ------------------------------------------------------------------ predict
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-__all__ = ["make_batches", "make_net"]
+__all__ = ["make_batches", "make_loaders", "make_net"]
 
 
 def make_batches(n_batches: int = 6, batch: int = 16, dim: int = 4, seed: int = 0):
@@ -23,3 +24,13 @@ def make_batches(n_batches: int = 6, batch: int = 16, dim: int = 4, seed: int = 
 def make_net(dim: int = 4, hidden: int = 16, classes: int = 2) -> nn.Module:
     """A 2-layer MLP for :func:`make_batches`."""
     return nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+
+
+def make_loaders(train: int = 8, val: int = 4, batch: int = 16) -> tuple[DataLoader, DataLoader]:
+    """:func:`make_batches` as a training and a validation DataLoader (seeds 0 and 1)."""
+
+    def loader(seed: int, n: int) -> DataLoader:
+        xs, ys = zip(*make_batches(n, batch=batch, seed=seed))
+        return DataLoader(TensorDataset(torch.cat(xs), torch.cat(ys)), batch_size=batch)
+
+    return loader(0, train), loader(1, val)

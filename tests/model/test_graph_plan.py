@@ -13,19 +13,9 @@ from torch import nn
 
 from lit_amp import FixedLossScaleManager, LitModel
 from lit_amp.model.graph_plan import SinkGraphPlan, check_sink_graph, plan_sink_graph
+from tests.model._helpers import graph_lit
 
 CUDA = torch.device("cuda")
-
-def _lit(net: nn.Module | None = None, opt=None, **kw) -> LitModel:
-    net = net if net is not None else nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    if opt is None:
-        opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    elif callable(opt):
-        opt = opt(net.parameters())
-    lit = LitModel(net, nn.CrossEntropyLoss(), opt, **kw)
-    lit.sink_graph = "auto"  # opt in (the default is off)
-    return lit
-
 
 def _refused(plan: SinkGraphPlan, *words: str) -> None:
     assert plan.capture is False, plan
@@ -41,28 +31,28 @@ def _refused(plan: SinkGraphPlan, *words: str) -> None:
     lambda p: torch.optim.AdamW(p, lr=1e-3, capturable=True),
 ], ids=["sgd", "sgd-momentum", "adam-capturable", "adamw-capturable"])
 def test_plan_allows_known_safe_optimizers_on_cuda(make_opt):
-    assert plan_sink_graph(_lit(opt=make_opt), CUDA) == SinkGraphPlan(True, "")
+    assert plan_sink_graph(graph_lit(opt=make_opt), CUDA) == SinkGraphPlan(True, "")
 
 
 def test_plan_allows_eval_mode_or_zero_dropout_and_amp_without_loss_scaling():
     net = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Dropout(0.0), nn.Linear(8, 2))
     net[1].eval()
-    assert plan_sink_graph(_lit(net), CUDA).capture
+    assert plan_sink_graph(graph_lit(net), CUDA).capture
     for level in ("O1", "O3"):  # float16 on CUDA without loss scaling
-        lit = _lit(amp_level=level)
+        lit = graph_lit(amp_level=level)
         lit.apply_amp(CUDA)
         assert plan_sink_graph(lit, CUDA).capture, level
 
 
 # ----------------------------------------------------------------------------- plan: refusals
 def test_plan_refuses_a_device_other_than_cuda():
-    _refused(plan_sink_graph(_lit(), "cpu"), "'cpu'", "CUDA device")
+    _refused(plan_sink_graph(graph_lit(), "cpu"), "'cpu'", "CUDA device")
 
 
 @pytest.mark.parametrize("setting", [False, "off"])
 def test_plan_refuses_when_turned_off(setting):
-    _refused(plan_sink_graph(_lit(), CUDA, setting=setting), "turns capture off")
-    lit = _lit()
+    _refused(plan_sink_graph(graph_lit(), CUDA, setting=setting), "turns capture off")
+    lit = graph_lit()
     lit.sink_graph = setting
     _refused(plan_sink_graph(lit, CUDA), "turns capture off")
 
@@ -75,10 +65,10 @@ def test_plan_refuses_without_optimizer():
 @pytest.mark.parametrize("manager", ["fixed-no-drop", "fixed", "o2-dynamic"])
 def test_plan_refuses_any_loss_scaling(manager):
     if manager == "o2-dynamic":
-        lit = _lit(amp_level="O2")  # O2 on CUDA: float16 with dynamic loss scaling
+        lit = graph_lit(amp_level="O2")  # O2 on CUDA: float16 with dynamic loss scaling
         lit.apply_amp(CUDA)
     else:
-        lit = _lit(loss_scale_manager=FixedLossScaleManager(
+        lit = graph_lit(loss_scale_manager=FixedLossScaleManager(
             128.0, drop_overflow_update=manager == "fixed"))
         lit.apply_amp("cpu")
     assert lit.loss_scale is not None and lit.loss_scale.enabled
@@ -86,48 +76,48 @@ def test_plan_refuses_any_loss_scaling(manager):
 
 
 def test_plan_refuses_an_amp_level_not_applied_yet():
-    _refused(plan_sink_graph(_lit(amp_level="O3"), CUDA), "not applied")
+    _refused(plan_sink_graph(graph_lit(amp_level="O3"), CUDA), "not applied")
 
 
 def test_plan_refuses_gradient_accumulation():
-    lit = _lit()
+    lit = graph_lit()
     lit.grad_accumulation_steps = 4  # what boost's GradientAccumulation sets
     _refused(plan_sink_graph(lit, CUDA), "accumulation over 4")
     trainer = SimpleNamespace(world_size=1, accumulate_grad_batches=2, callbacks=[])
-    _refused(plan_sink_graph(_lit(), CUDA, trainer=trainer), "accumulation over 2")
+    _refused(plan_sink_graph(graph_lit(), CUDA, trainer=trainer), "accumulation over 2")
 
 
 def test_plan_refuses_more_than_one_process():
     trainer = SimpleNamespace(world_size=2, callbacks=[])
-    _refused(plan_sink_graph(_lit(), CUDA, trainer=trainer), "2 processes")
+    _refused(plan_sink_graph(graph_lit(), CUDA, trainer=trainer), "2 processes")
 
 
 def test_plan_refuses_thor_and_unknown_optimizers():
     from lit_amp.thor.optimizer import thor
 
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    _refused(plan_sink_graph(_lit(net, thor(net, 0.05, 0.03, 0.9, frequency=2)), CUDA), "THOR")
-    _refused(plan_sink_graph(_lit(opt=lambda p: torch.optim.RMSprop(p)), CUDA),
+    _refused(plan_sink_graph(graph_lit(net, thor(net, 0.05, 0.03, 0.9, frequency=2)), CUDA), "THOR")
+    _refused(plan_sink_graph(graph_lit(opt=lambda p: torch.optim.RMSprop(p)), CUDA),
              "RMSprop", "not known to be capture-safe")
 
     class MySGD(torch.optim.SGD):  # a subclass may add host reads to step()
         pass
 
-    _refused(plan_sink_graph(_lit(opt=lambda p: MySGD(p, lr=0.1)), CUDA), "MySGD")
+    _refused(plan_sink_graph(graph_lit(opt=lambda p: MySGD(p, lr=0.1)), CUDA), "MySGD")
 
 
 @pytest.mark.parametrize("kind", [torch.optim.Adam, torch.optim.AdamW])
 def test_plan_refuses_adam_without_capturable(kind):
-    _refused(plan_sink_graph(_lit(opt=lambda p: kind(p, lr=1e-3)), CUDA),
+    _refused(plan_sink_graph(graph_lit(opt=lambda p: kind(p, lr=1e-3)), CUDA),
              f"{kind.__name__}(..., capturable=True)")
 
 
 def test_plan_refuses_tensor_hyperparameters_differentiable_and_step_hooks():
-    _refused(plan_sink_graph(_lit(opt=lambda p: torch.optim.SGD(p, lr=torch.tensor(0.1))),
+    _refused(plan_sink_graph(graph_lit(opt=lambda p: torch.optim.SGD(p, lr=torch.tensor(0.1))),
                              CUDA), "lr as a tensor")
-    _refused(plan_sink_graph(_lit(opt=lambda p: torch.optim.SGD(p, lr=0.1, differentiable=True)),
-                             CUDA), "differentiable=True")
-    lit = _lit()
+    differentiable = graph_lit(opt=lambda p: torch.optim.SGD(p, lr=0.1, differentiable=True))
+    _refused(plan_sink_graph(differentiable, CUDA), "differentiable=True")
+    lit = graph_lit()
     handle = lit.optimizer.register_step_pre_hook(lambda opt, args, kwargs: None)
     _refused(plan_sink_graph(lit, CUDA), "step hooks")
     handle.remove()
@@ -137,9 +127,10 @@ def test_plan_refuses_tensor_hyperparameters_differentiable_and_step_hooks():
 def test_plan_refuses_boost_level_and_boost_callbacks():
     from lit_amp import AutoBoost
 
-    _refused(plan_sink_graph(_lit(boost_level="O1", metrics={"acc"}), CUDA), "boost_level='O1'")
+    boosted = graph_lit(boost_level="O1", metrics={"acc"})
+    _refused(plan_sink_graph(boosted, CUDA), "boost_level='O1'")
     trainer = SimpleNamespace(world_size=1, callbacks=[AutoBoost("O1")])
-    _refused(plan_sink_graph(_lit(), CUDA, trainer=trainer), "boost callbacks", "AutoBoost")
+    _refused(plan_sink_graph(graph_lit(), CUDA, trainer=trainer), "boost callbacks", "AutoBoost")
 
 
 @pytest.mark.parametrize("module,words", [
@@ -150,7 +141,7 @@ def test_plan_refuses_boost_level_and_boost_callbacks():
 ])
 def test_plan_refuses_modules_that_are_not_graph_safe(module, words):
     net = nn.Sequential(nn.Linear(4, 8), module, nn.Linear(8, 2))
-    _refused(plan_sink_graph(_lit(net), CUDA), *words, "'1'")
+    _refused(plan_sink_graph(graph_lit(net), CUDA), *words, "'1'")
 
 
 def test_plan_refuses_sparse_embeddings():
@@ -163,7 +154,7 @@ def test_plan_refuses_sparse_embeddings():
         def forward(self, x):
             return self.out(self.emb(x).mean(1))
 
-    _refused(plan_sink_graph(_lit(Bag()), CUDA), "sparse gradients")
+    _refused(plan_sink_graph(graph_lit(Bag()), CUDA), "sparse gradients")
 
 
 def test_plan_refuses_a_subclass_that_overrides_the_train_step():
@@ -184,17 +175,17 @@ def test_plan_refuses_per_step_lightning_hooks_and_anomaly_detection():
 
     quiet = {"accelerator": "cpu", "logger": False, "enable_progress_bar": False,
              "enable_model_summary": False}
-    _refused(plan_sink_graph(_lit(), CUDA, trainer=L.Trainer(callbacks=[GradHook()], **quiet)),
+    _refused(plan_sink_graph(graph_lit(), CUDA, trainer=L.Trainer(callbacks=[GradHook()], **quiet)),
              "gradient hook")
-    assert plan_sink_graph(_lit(), CUDA, trainer=L.Trainer(**quiet)).capture
-    _refused(plan_sink_graph(_lit(), CUDA, trainer=L.Trainer(detect_anomaly=True, **quiet)),
+    assert plan_sink_graph(graph_lit(), CUDA, trainer=L.Trainer(**quiet)).capture
+    _refused(plan_sink_graph(graph_lit(), CUDA, trainer=L.Trainer(detect_anomaly=True, **quiet)),
              "detect_anomaly")
     with torch.autograd.set_detect_anomaly(True):
-        _refused(plan_sink_graph(_lit(), CUDA), "anomaly detection")
+        _refused(plan_sink_graph(graph_lit(), CUDA), "anomaly detection")
 
 
 def test_plan_lists_every_reason():
-    plan = plan_sink_graph(_lit(opt=lambda p: torch.optim.Adam(p)), "cpu")
+    plan = plan_sink_graph(graph_lit(opt=lambda p: torch.optim.Adam(p)), "cpu")
     _refused(plan, "'cpu'", "capturable=True")
     assert plan.reason.count("; ") == 1
 
@@ -209,7 +200,7 @@ def test_sink_graph_is_off_unless_asked_for():
 
 def test_user_hooks_are_refused_but_lit_amps_casts_are_not():
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    lit = _lit(net, amp_level="O3")  # no loss scaling by default
+    lit = graph_lit(net, amp_level="O3")  # no loss scaling by default
     lit.apply_amp(CUDA)
     assert net[0]._forward_pre_hooks  # the AMP casts are hooks too
     assert plan_sink_graph(lit, CUDA).capture
@@ -228,7 +219,7 @@ def test_user_hooks_are_refused_but_lit_amps_casts_are_not():
 
 
 def test_sink_graph_setting_validation():
-    lit = _lit()
+    lit = graph_lit()
     assert lit.sink_graph == "auto"
     for ok in (True, False, "off", "auto"):
         lit.sink_graph = ok

@@ -13,27 +13,17 @@ import pytest
 import torch
 from torch import nn
 
-from lit_amp import LitModel, Model
+from lit_amp import Model
 from lit_amp.callbacks import LambdaCallback, LearningRateScheduler
 from lit_amp.model import graph_sink, lit_model
 from lit_amp.model.graph_sink import SinkGraph
+from tests.model._helpers import graph_lit
 
 CUDA = torch.device("cuda")
 
 
-def _lit(net: nn.Module | None = None, opt=None, **kw) -> LitModel:
-    net = net if net is not None else nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    if opt is None:
-        opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    elif callable(opt):
-        opt = opt(net.parameters())
-    lit = LitModel(net, nn.CrossEntropyLoss(), opt, **kw)
-    lit.sink_graph = "auto"  # opt in (the default is off)
-    return lit
-
-
 def test_status_before_any_sink():
-    assert _lit().sink_graph_status == {"captured": False, "reason": "no sink has run",
+    assert graph_lit().sink_graph_status == {"captured": False, "reason": "no sink has run",
                                         "replayed_steps": 0, "eager_steps": 0, "captures": 0}
 
 
@@ -303,7 +293,7 @@ def test_runner_turns_the_amp_cast_cache_off_while_a_graph_may_replay(emulated):
 
 
 def test_runner_is_not_copied_with_the_module():
-    lit = _lit()
+    lit = graph_lit()
     lit.__dict__["_sink_graph_run"] = SinkGraph(lit, torch.device("cpu"))
     assert copy.deepcopy(lit).__dict__["_sink_graph_run"] is None
 

@@ -13,6 +13,7 @@ from torch import nn
 from lit_amp import FixedLossScaleManager, LitModel
 from lit_amp.model.data_checks import for_lightning
 from tests.helpers.data import make_batches, make_net
+from tests.helpers.trainer import quiet_trainer
 
 
 def _lit(**kw) -> LitModel:
@@ -22,10 +23,7 @@ def _lit(**kw) -> LitModel:
 
 
 def _fit(lit: LitModel, tmp_path, callbacks=(), **kw) -> L.Trainer:
-    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=str(tmp_path),
-                        callbacks=list(callbacks), **kw)
+    trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=list(callbacks), **kw)
     trainer.fit(lit, for_lightning(make_batches(4)))
     return trainer
 
