@@ -319,3 +319,24 @@ def test_runner_refuses_optimizer_state_first_made_inside_the_capture(emulated):
     assert status["eager_steps"] == 5 and emulated.graphs[0].was_reset
     # the eager re-run of the 4th step made b's momentum buffer from b's gradient alone
     assert all("momentum_buffer" in opt.state[p] for p in net.parameters())
+
+
+def test_the_graph_modules_use_only_the_public_train_step_seam():
+    """graph_plan / graph_sink drive LitModel through public names (train_step.py) and never
+    import lit_model: the step has one definition and the layering is one-way."""
+    import ast
+    from pathlib import Path
+
+    from lit_amp.model import graph_plan
+
+    def is_model(node: ast.AST) -> bool:  # ``lit`` or ``self._lit``
+        return (isinstance(node, ast.Name) and node.id == "lit") or (
+            isinstance(node, ast.Attribute) and node.attr == "_lit")
+
+    for module in (graph_plan, graph_sink):
+        tree = ast.parse(Path(module.__file__).read_text())
+        private = sorted({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                          and n.attr.startswith("_") and is_model(n.value)})
+        assert private == [], (module.__name__, private)
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "lit_amp.model.lit_model" not in imported, module.__name__
