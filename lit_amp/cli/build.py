@@ -84,7 +84,7 @@ def batch_size(batch: Any) -> int:
     """
     if torch.is_tensor(batch):
         return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(getattr(batch, "samples", None), int):  # a lazy sink (lit_amp.model.data)
+    if isinstance(getattr(batch, "samples", None), int):  # a lazy sink (lit_amp.model.sink_stream)
         return batch.samples
     if isinstance(batch, Mapping):
         for v in batch.values():
