@@ -1,19 +1,13 @@
-"""The hooks of a mixed-precision conversion: installation (:func:`convert`) and removal.
+"""A mixed-precision conversion's installation (:func:`convert`) and removal, on the modules
+themselves, in place (``DistributedDataParallel`` and Lightning's strategies discard a
+replacement module).
 
-How a converted network computes (the levels themselves are described in
-:mod:`lit_amp.amp.convert`): forward hooks, installed **in place** on the modules themselves (so
-``DistributedDataParallel`` and Lightning's strategies, which discard a replacement module, keep
-working), cast the module's floating inputs to the low dtype and, for the duration of its
-``forward``, replace its parameters by low-precision copies (:mod:`lit_amp.amp.casting`).
-Floating buffers are cast the same way; a buffer the forward updates in place (BatchNorm's
-running statistics at ``O3``) is copied back into the float32 buffer afterwards.
-
-Reading order: :func:`plan_roles` gives every module a role (low, float32 island, float32);
-:func:`convert` installs an :class:`_AmpPreHook` / :class:`_AmpPostHook` pair per role;
-the pre-hook swaps parameters in (:func:`_swap_in`) and, on the root of a custom white list,
-enters the :class:`~lit_amp.amp.casting.O1FunctionMode` that intercepts white-listed torch
-functions. The built-in O1 wraps the root's ``forward`` instead (:func:`_autocast_forward`: a
-``torch.autocast`` region).
+:func:`plan_roles` gives every module a role (low, float32 island, float32). O2 and O3, and O1
+on ``torch.autocast``, replace forwards (:mod:`lit_amp.amp.forwards`): no hook runs. A custom O1
+white list (MindSpore's islands and :class:`~lit_amp.amp.casting.O1FunctionMode`), and a module
+that already has an instance ``forward``, get a :class:`_AmpPreHook` / :class:`_AmpPostHook`
+pair that casts inputs, swaps parameters in (:func:`lit_amp.amp.swap.swap_in`) and casts the
+output.
 
 Example:
     >>> import torch
@@ -30,24 +24,13 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from lit_amp.amp.casting import (
-    _HALF_AND_SINGLE,
-    _LOW_SRC,
-    O1FunctionMode,
-    _cast_param,
-    _cast_tree,
-    _first_tensor,
-    _has_float64,
-    _input_src,
-    _linear_forward,
-    _mode_active,
-)
+from lit_amp.amp import forwards
+from lit_amp.amp.casting import _LOW_SRC, _cast_tree, _input_src, _linear_forward
 from lit_amp.amp.levels import LOW_DTYPES
 from lit_amp.amp.lists import (
     AUTOCAST_WHITE_GAPS,
@@ -55,6 +38,18 @@ from lit_amp.amp.lists import (
     FP32_MODULES,
     WHITE_LIST_FUNCTIONS,
     WHITE_LIST_MODULES,
+)
+from lit_amp.amp.swap import (
+    _B,
+    _P,
+    _STATS,
+    AmpState,
+    Frame,
+    check_device,
+    device_type,
+    holds_float64,
+    swap_in,
+    swap_out,
 )
 
 __all__ = [
@@ -83,99 +78,25 @@ def _takes_low_input(m: nn.Module) -> bool:
             and bool(m.affine or m.track_running_stats))
 
 
-# Kinds of swap entries.
-_P, _B, _STATS = 0, 1, 2  # parameter, buffer, running statistics (copied back in training)
-
-
 # ----------------------------------------------------------------------------- hooks
-@dataclass(eq=False)
-class _AmpState:
-    """What one conversion shares between its hooks (stored as ``network._amp_state``)."""
-
-    level: str
-    dtype: torch.dtype
-    cache_casts: bool = True
-    functions: frozenset = field(default_factory=frozenset)
-    device_checked: bool = False
-    #: O1 on torch.autocast: the root's forward runs in an autocast region of ``dtype``
-    autocast: bool = False
-
-    def mode(self) -> O1FunctionMode | None:
-        """The function mode a custom white list's root enters (None: none, or already active)."""
-        if not self.functions:
-            return None
-        mode = O1FunctionMode(self.dtype, self.functions)
-        return None if _mode_active(mode) else mode
-
-
-def _device_type(args: tuple, kwargs: dict) -> str:
-    t = _first_tensor(args) if args else None
-    if t is None and kwargs:
-        t = _first_tensor(kwargs)
-    return t.device.type if t is not None else "cpu"
-
-
-def _autocast_forward(state: _AmpState, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    """``forward`` of the root of a network at O1 on autocast: the class's forward in a
-    ``torch.autocast`` region of the level's dtype, its low-precision output cast to float32.
-
-    A ``with`` block in the forward itself (not a region entered by a pre-hook and left by a
-    post-hook), so that ``torch.compile`` traces it; an instance attribute made with
-    ``functools.partial``, so that the network pickles and deep-copies.
-    """
-    if not state.device_checked:
-        _check_device(state, args, kwargs)
-    if (_has_float64(args) or _has_float64(kwargs)) and not _holds_float64(module):
-        # autocast leaves float64 alone; MindSpore casts a float64 input of a low layer like a
-        # float32 one: float32 here, autocast takes it to the low dtype
-        args = _cast_tree(args, torch.float32, (torch.float64,))
-        kwargs = _cast_tree(kwargs, torch.float32, (torch.float64,)) if kwargs else kwargs
-    device_type = _device_type(args, kwargs)
-    if (torch.is_autocast_enabled(device_type)
-            and torch.get_autocast_dtype(device_type) == state.dtype):
-        out = type(module).forward(module, *args, **kwargs)  # inside the plugin's region
-    else:
-        with torch.autocast(device_type, dtype=state.dtype, cache_enabled=state.cache_casts):
-            out = type(module).forward(module, *args, **kwargs)
-    return _cast_tree(out, torch.float32, _LOW_SRC)
-
-
-def _wrap_root_forward(root: nn.Module, state: _AmpState) -> None:
-    """Make :func:`_autocast_forward` the forward of an O1 network's root (undone by
-    :func:`remove_hooks`)."""
-    if "forward" in root.__dict__:
+def _wrap_root_forward(root: nn.Module, state: AmpState) -> None:
+    """Make :func:`~lit_amp.amp.forwards.autocast_forward` the forward of an O1 network's root
+    (undone by :func:`remove_hooks`)."""
+    if not forwards.wrap_forward(root, forwards.autocast_forward, state):
         raise TypeError(
             "For 'auto_mixed_precision', level 'O1' runs the network's forward in a "
             f"torch.autocast region by wrapping it, but this {type(root).__name__} already has "
             "an instance attribute 'forward'. Convert the module whose class defines its "
             "forward, or use custom_mixed_precision(network, white_list=get_white_list()).")
-    root.forward = functools.partial(_autocast_forward, state, root)
-    root.__dict__["_amp_forward"] = True
 
 
 def _autocast_off(args: tuple, kwargs: dict) -> Any:
     """An ``autocast(enabled=False)`` region where one is active (float32 modules inside an O1
     network: the loss, metrics), else None."""
-    device_type = _device_type(args, kwargs)
-    if torch.is_autocast_enabled(device_type):
-        return torch.autocast(device_type, enabled=False)
+    dev = device_type(args, kwargs)
+    if torch.is_autocast_enabled(dev):
+        return torch.autocast(dev, enabled=False)
     return None
-
-
-class _Frame:
-    __slots__ = ("params", "buffers", "attrs", "mode")
-
-    def __init__(self) -> None:
-        self.params: list = []
-        self.buffers: list = []
-        self.attrs: list = []
-        self.mode: Any = None  # an O1FunctionMode or a torch.autocast region
-
-
-def _holds_float64(module: nn.Module) -> bool:
-    """Whether ``module`` has a float64 parameter or buffer (a float64 network is left alone)."""
-    return any(t.dtype == torch.float64 for t in module.parameters()) or any(
-        t.dtype == torch.float64 for t in module.buffers())
 
 
 class _AmpPreHook:
@@ -183,7 +104,7 @@ class _AmpPreHook:
 
     def __init__(
         self,
-        state: _AmpState,
+        state: AmpState,
         in_dtype: torch.dtype | None,
         entries: list[tuple[nn.Module, str, int]] | None,
         enter_mode: bool,
@@ -204,10 +125,10 @@ class _AmpPreHook:
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> Any:
         state = self.state
         if self.is_root and not state.device_checked:
-            _check_device(state, args, kwargs)
+            check_device(state, args, kwargs)
         frame = None
         if self.needs_frame:
-            frame = _Frame()
+            frame = Frame()
             module.__dict__.setdefault("_amp_frames", []).append(frame)
         if self.enter_mode or self.leave_autocast:
             mode = state.mode() if self.enter_mode else _autocast_off(args, kwargs)
@@ -215,11 +136,11 @@ class _AmpPreHook:
                 mode.__enter__()
                 frame.mode = mode
         if self.entries:
-            _swap_in(self.entries, state, frame)
+            swap_in(self.entries, state, frame)
         if self.in_dtype is None:
             return None
         if self.in_dtype in LOW_DTYPES:
-            src = _input_src(args, kwargs, lambda: _holds_float64(module))
+            src = _input_src(args, kwargs, lambda: holds_float64(module))
         else:
             src = _LOW_SRC
         new_args = _cast_tree(args, self.in_dtype, src)
@@ -232,7 +153,7 @@ class _AmpPreHook:
 class _AmpPostHook:
     """Forward hook: restore the float32 parameters, cast the output, leave the O1 mode."""
 
-    def __init__(self, state: _AmpState, out_dtype: torch.dtype | None, pops_frame: bool):
+    def __init__(self, state: AmpState, out_dtype: torch.dtype | None, pops_frame: bool):
         self.state = state
         self.out_dtype = out_dtype
         self.pops_frame = pops_frame
@@ -242,7 +163,7 @@ class _AmpPostHook:
             frames = module.__dict__.get("_amp_frames")
             if frames:
                 frame = frames.pop()
-                _swap_out(frame)
+                swap_out(frame)
                 if frame.mode is not None:
                     frame.mode.__exit__(None, None, None)
         if self.out_dtype is None or output is None:
@@ -250,73 +171,6 @@ class _AmpPostHook:
         src = _LOW_SRC if self.out_dtype == torch.float32 else (torch.float32,)
         new = _cast_tree(output, self.out_dtype, src)
         return None if new is output else new
-
-
-def _check_device(state: _AmpState, args: tuple, kwargs: dict) -> None:
-    t = _first_tensor(args) if args else _first_tensor(kwargs)
-    if t is None:
-        return
-    state.device_checked = True
-    if state.dtype == torch.float16 and t.device.type == "cpu":
-        warnings.warn(
-            "Mixed precision with dtype=torch.float16 runs on CPU, where float16 matrix "
-            "multiplication is orders of magnitude slower than bfloat16 (and than float32). "
-            "Use dtype=torch.bfloat16 on CPU.",
-            UserWarning,
-            stacklevel=4,
-        )
-
-
-def _swap_in(entries: list, state: _AmpState, frame: _Frame) -> None:
-    low = state.dtype
-    for owner, name, kind in entries:
-        if kind == _P:
-            params = owner._parameters
-            p = params.get(name)
-            if p is None:
-                # FSDP (use_orig_params=False) exposes unsharded views as plain attributes
-                a = owner.__dict__.get(name)
-                if isinstance(a, torch.Tensor) and a.dtype in _HALF_AND_SINGLE and a.dtype != low:
-                    frame.attrs.append((owner, name, a))
-                    owner.__dict__[name] = a.to(low)
-                continue
-            if p.dtype not in _HALF_AND_SINGLE or p.dtype == low:
-                continue  # fp64/int, or already low (swapped by an ancestor)
-            frame.params.append((owner, name, p))
-            cast = params[name] = _cast_param(owner, name, p, low, state.cache_casts)
-            if owner.__dict__.get(name) is p:
-                # FSDP (use_orig_params) in forward: the unsharded view is both in
-                # ``_parameters`` and a plain attribute, and the attribute wins the lookup
-                frame.attrs.append((owner, name, p))
-                owner.__dict__[name] = cast
-        else:
-            bufs = owner._buffers
-            b = bufs.get(name)
-            if b is None or b.dtype not in _HALF_AND_SINGLE or b.dtype == low:
-                continue
-            cast = b.to(low)
-            if kind == _STATS and owner.training:
-                version = -1  # always copied back
-            else:  # copied back if modified in place (inference tensors have no version)
-                version = None if cast.is_inference() else cast._version
-            frame.buffers.append((owner, name, b, cast, version))
-            bufs[name] = cast
-
-
-def _swap_out(frame: _Frame) -> None:
-    for owner, name, p in reversed(frame.params):
-        owner._parameters[name] = p
-    for owner, name, a in reversed(frame.attrs):
-        owner.__dict__[name] = a
-    for owner, name, orig, cast, version in reversed(frame.buffers):
-        cur = owner._buffers.get(name)
-        if cur is cast:
-            if version == -1 or (version is not None and cast._version != version):
-                with torch.no_grad():
-                    orig.copy_(cast)
-            owner._buffers[name] = orig
-        elif cur is not None and cur.is_floating_point() and cur.dtype != orig.dtype:
-            owner._buffers[name] = cur.to(orig.dtype)  # the forward re-assigned it
 
 
 # ----------------------------------------------------------------------------- planning
@@ -448,7 +302,7 @@ def remove_hooks(network: nn.Module) -> bool:
         network: a network converted by :func:`convert` (anything else is left unchanged).
 
     Returns:
-        Whether any hook was removed.
+        Whether anything (a hook or a forward) was removed.
     """
     removed = False
     for m in network.modules():
@@ -460,10 +314,11 @@ def remove_hooks(network: nn.Module) -> bool:
         frames = m.__dict__.pop("_amp_frames", None)
         if frames:
             for fr in reversed(frames):
-                _swap_out(fr)
+                swap_out(fr)
         m.__dict__.pop("_amp_cast_cache", None)
         if m.__dict__.pop("_amp_forward", False):
             m.__dict__.pop("forward", None)
+            removed = True
     for attr in ("_amp_level", "_amp_state", "_amp_dtype", "_amp_custom"):
         network.__dict__.pop(attr, None)
     return removed
@@ -477,6 +332,82 @@ def is_converted(network: nn.Module) -> bool:
         False
     """
     return any("_amp_handles" in m.__dict__ for m in network.modules())
+
+
+def _install_forward(m: nn.Module, role: str | None, state: AmpState, entries: dict,
+                     root: nn.Module, out_roots: set) -> bool:
+    """O2/O3: give ``m`` the forward its role needs, if any (:mod:`lit_amp.amp.forwards`).
+
+    False when ``m`` already has an instance ``forward``: it gets hooks instead."""
+    if role == _LOW:
+        if m in out_roots:
+            return forwards.wrap_forward(m, forwards.low_root_forward, state, entries.get(m, []))
+        own = [e for e in entries.get(m, ()) if e[0] is m]
+        return not own or forwards.wrap_forward(m, forwards.low_forward, state, own)
+    if role == _FP32_ISLAND:
+        if m is not root and _takes_low_input(m):
+            return True  # the kernel takes the low activation as it is
+        return forwards.wrap_forward(m, forwards.island_forward, state)
+    if m is root or isinstance(m, FP32_MODULES) or is_metric(m):  # float32 entry points
+        return forwards.wrap_forward(m, forwards.fp32_forward, state)
+    return True  # inside an island: its inputs are float32 already
+
+
+def _install_hooks(m: nn.Module, role: str | None, state: AmpState, entries: dict,
+                   network: nn.Module, out_roots: set, islands: set, mechanism: str) -> None:
+    """The forward pre-hook / hook pair of ``m`` (O1; a module O2/O3 cannot wrap)."""
+    dtype, functions, on_autocast = state.dtype, state.functions, state.autocast
+    cache_casts = state.cache_casts
+    is_root = m is network
+    enter_mode = is_root and bool(functions)
+    handles = []
+    if is_root and on_autocast and role != _FP32:
+        _wrap_root_forward(m, state)
+    if (
+        not is_root
+        and m not in out_roots
+        and m not in islands
+        and role in (_LOW, _FP32)
+        and not (isinstance(m, FP32_MODULES) or is_metric(m))  # fp32 entry points
+        and _needs_no_hooks(m)
+    ):
+        return  # its inputs already have the region's dtype (see _needs_no_hooks)
+    if role == _LOW:
+        out_dtype = None
+        if m in out_roots and mechanism != "O1":
+            out_dtype = torch.float32
+        elif m in islands:
+            out_dtype = torch.float32  # an O1 island: cast back after the node
+        pre = _AmpPreHook(state, dtype, entries.get(m), enter_mode, is_root)
+        post = _AmpPostHook(state, out_dtype, pre.needs_frame)
+    elif role == _FP32_ISLAND:
+        low_in = not is_root and _takes_low_input(m)
+        pre = _AmpPreHook(state, None if low_in else torch.float32, None, enter_mode,
+                          is_root)
+        post = _AmpPostHook(state, dtype, pre.needs_frame)
+    elif role == _FP32:
+        leave = on_autocast and not is_root  # a loss or metric: autocast off inside
+        pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root, leave)
+        post = _AmpPostHook(state, None, pre.needs_frame)
+    else:  # O1, outside white-listed modules
+        if on_autocast and m in out_roots and not is_root:
+            # autocast hands the low dtype on: the plugin's top-level modules' outputs
+            # return to float32 (the root's: its forward, forwards.autocast_forward)
+            pre = _AmpPreHook(state, None, None, False, False)
+            post = _AmpPostHook(state, torch.float32, False)
+        elif not enter_mode:
+            return
+        else:
+            pre = _AmpPreHook(state, None, None, True, is_root)
+            post = _AmpPostHook(state, None, True)
+    if pre.in_dtype is not None or pre.needs_frame or is_root:
+        handles.append(m.register_forward_pre_hook(pre, prepend=True, with_kwargs=True))
+    if post.pops_frame or post.out_dtype is not None:
+        handles.append(m.register_forward_hook(post, always_call=post.pops_frame))
+    m.__dict__["_amp_handles"] = handles
+    if role == _LOW and type(m) is nn.Linear and cache_casts and "forward" not in m.__dict__:
+        m.forward = functools.partial(_linear_forward, m)  # see _LowLinear (picklable)
+        m.__dict__["_amp_forward"] = True
 
 
 def convert(
@@ -502,7 +433,7 @@ def convert(
     if on_autocast := mechanism == "autocast":
         mechanism, white_classes, white_patterns = "O1", AUTOCAST_WHITE_GAPS, ()
     functions = frozenset(white_functions if mechanism == "O1" and not on_autocast else ())
-    state = _AmpState(level=level_tag, dtype=dtype, cache_casts=cache_casts, functions=functions,
+    state = AmpState(level=level_tag, dtype=dtype, cache_casts=cache_casts, functions=functions,
                       autocast=on_autocast)
     roles, islands = plan_roles(
         network, mechanism, tuple(white_classes), white_patterns, tuple(black_classes),
@@ -510,57 +441,11 @@ def convert(
     )
     entries = _entries_for(roles)
     out_roots = {network, *output_roots}
+    lean = mechanism in ("O2", "O3")
     for m, role in roles.items():
-        is_root = m is network
-        enter_mode = is_root and bool(functions)
-        handles = []
-        if is_root and on_autocast and role != _FP32:
-            _wrap_root_forward(m, state)
-        if (
-            not is_root
-            and m not in out_roots
-            and m not in islands
-            and role in (_LOW, _FP32)
-            and not (isinstance(m, FP32_MODULES) or is_metric(m))  # fp32 entry points
-            and _needs_no_hooks(m)
-        ):
-            continue  # its inputs already have the region's dtype (see _needs_no_hooks)
-        if role == _LOW:
-            out_dtype = None
-            if m in out_roots and mechanism != "O1":
-                out_dtype = torch.float32
-            elif m in islands:
-                out_dtype = torch.float32  # an O1 island: cast back after the node
-            pre = _AmpPreHook(state, dtype, entries.get(m), enter_mode, is_root)
-            post = _AmpPostHook(state, out_dtype, pre.needs_frame)
-        elif role == _FP32_ISLAND:
-            low_in = not is_root and _takes_low_input(m)
-            pre = _AmpPreHook(state, None if low_in else torch.float32, None, enter_mode,
-                              is_root)
-            post = _AmpPostHook(state, dtype, pre.needs_frame)
-        elif role == _FP32:
-            leave = on_autocast and not is_root  # a loss or metric: autocast off inside
-            pre = _AmpPreHook(state, torch.float32, None, enter_mode, is_root, leave)
-            post = _AmpPostHook(state, None, pre.needs_frame)
-        else:  # O1, outside white-listed modules
-            if on_autocast and m in out_roots and not is_root:
-                # autocast hands the low dtype on: the plugin's top-level modules' outputs
-                # return to float32 (the root's: its forward, _autocast_forward)
-                pre = _AmpPreHook(state, None, None, False, False)
-                post = _AmpPostHook(state, torch.float32, False)
-            elif not enter_mode:
-                continue
-            else:
-                pre = _AmpPreHook(state, None, None, True, is_root)
-                post = _AmpPostHook(state, None, True)
-        if pre.in_dtype is not None or pre.needs_frame or is_root:
-            handles.append(m.register_forward_pre_hook(pre, prepend=True, with_kwargs=True))
-        if post.pops_frame or post.out_dtype is not None:
-            handles.append(m.register_forward_hook(post, always_call=post.pops_frame))
-        m.__dict__["_amp_handles"] = handles
-        if role == _LOW and type(m) is nn.Linear and cache_casts and "forward" not in m.__dict__:
-            m.forward = functools.partial(_linear_forward, m)  # see _LowLinear (picklable)
-            m.__dict__["_amp_forward"] = True
+        if lean and _install_forward(m, role, state, entries, network, out_roots):
+            continue
+        _install_hooks(m, role, state, entries, network, out_roots, islands, mechanism)
     if network not in roles or "_amp_handles" not in network.__dict__:
         network.__dict__["_amp_handles"] = []
     network._amp_level = level_tag

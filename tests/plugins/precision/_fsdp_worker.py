@@ -55,11 +55,22 @@ class Net(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.fc1 = nn.Linear(8, 32)
-        self.norm = nn.LayerNorm(32)
+        self.norm = _SeenLayerNorm(32)
         self.fc2 = nn.Linear(32, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(torch.relu(self.norm(self.fc1(x))))
+
+
+class _SeenLayerNorm(nn.LayerNorm):
+    """A LayerNorm recording the dtype its own forward computes with (O2 casts an island's
+    input inside the forward, after any hook)."""
+
+    seen: list[str] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _SeenLayerNorm.seen.append(str(x.dtype))
+        return super().forward(x)
 
 
 class LM(pl.LightningModule):
@@ -103,6 +114,7 @@ class LM(pl.LightningModule):
             "rank": self.global_rank,
             "world": self.trainer.world_size,
             "seen": {k: sorted(set(v)) for k, v in self.seen.items()},
+            "norm_computes_in": sorted(set(_SeenLayerNorm.seen)),
             "storage": storage,
             "weights": full,
             "full_dtypes": sorted({str(v.dtype) for v in state.values()}),

@@ -23,11 +23,25 @@ from lit_amp.plugins.precision.fsdp import AmpFSDPPrecision
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
 
+class _WatchedLayerNorm(nn.LayerNorm):
+    """A LayerNorm whose watchers see the input its own forward computes with (O2 casts an
+    island's input inside the forward, after any forward pre-hook)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.watchers: list = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for w in self.watchers:
+            w(self, (x,))
+        return super().forward(x)
+
+
 def make_model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 16), nn.LayerNorm(16),
-        nn.Linear(16, 3),
+        nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 16),
+        _WatchedLayerNorm(16), nn.Linear(16, 3),
     )
 
 
@@ -58,7 +72,9 @@ class LM(pl.LightningModule):
 
     def _watch(self) -> None:
         for i, m in enumerate(self.model):
-            if hasattr(m, "weight"):
+            if isinstance(m, _WatchedLayerNorm):
+                m.watchers.append(_Watch(self.record, i))
+            elif hasattr(m, "weight"):
                 m.register_forward_pre_hook(_Watch(self.record, i))
 
     def training_step(self, batch, batch_idx):

@@ -35,11 +35,12 @@ def test_fsdp_o2_on_two_cpu_processes(tmp_path):
     for r in (base0, base1):
         assert set(sum(r["seen"].values(), [])) == {"torch.float32"}
     for r in (r0, r1):
-        # O2 under FSDP: Linear layers compute in bf16, LayerNorm (black list) in fp32 (these
-        # hooks see each layer's own output, before lit_amp casts it on), the network output
-        # is fp32; the sharded parameters stay stored in fp32
+        # O2 under FSDP: Linear layers compute in bf16, LayerNorm (black list) in fp32 and
+        # hands a bf16 output on (what these forward hooks see), the network output is fp32;
+        # the sharded parameters stay stored in fp32
         assert r["seen"]["fc1"] == ["torch.bfloat16"]
-        assert r["seen"]["norm"] == ["torch.float32"]
+        assert r["norm_computes_in"] == ["torch.float32"]
+        assert r["seen"]["norm"] == ["torch.bfloat16"]
         assert r["seen"]["fc2"] == ["torch.bfloat16"]
         assert r["seen"]["output"] == ["torch.float32"]
         assert r["storage"] == ["torch.float32"]
