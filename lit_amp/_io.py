@@ -1,20 +1,12 @@
-"""Persistence (Python, fcntl, numpy): atomic writes, one background writer, pruning old files.
+"""Persistence (Python, fcntl, numpy): atomic writes, one background writer, pruning.
 
-:func:`atomic_write` writes the bytes to a temp file of lit_amp's own prefix (:data:`TMP_PREFIX`)
-in the target folder, flushes and fsyncs it, renames it over the target (atomic on POSIX) and
-fsyncs the folder, so after a crash the target holds the old or the new content, never a torn
-one. A failed write (full disk, I/O error) leaves the old file and raises an ``OSError`` naming
-the file and the free space. A temp file is named ``.tmp-lit_amp-<target>.<random>`` and locked
-(``flock``) while written; :func:`remove_stale_temps` deletes only the temps of killed writers.
-With ``drop_cache`` the file is written for a restart, not to be read now (a checkpoint of
-gigabytes; kept cached, it crowds out the memory training allocates): it is written around the
-page cache (``O_DIRECT``, through an aligned buffer, :class:`_DirectFile`) where the filesystem
-allows, which also spares the CPU the kernel's copy into the cache, its writeback and its
-eviction (docs/benchmarks.md); elsewhere its pages are evicted once on disk.
-
-:class:`BackgroundJobs` is the one way a writer runs its writes while training goes on (as
-Lightning's ``AsyncCheckpointIO``): one worker thread, jobs in order, at most ``limit`` in
-flight, a failed job's error held and raised at the next submit, wait or close.
+:func:`atomic_write` writes a temp file of lit_amp's prefix (:data:`TMP_PREFIX`, locked while
+written), fsyncs it and renames it over the target, so after a crash the target holds the old
+or the new content; a full disk raises an ``OSError`` naming the file and the free space, and
+:func:`remove_stale_temps` deletes only the temps of killed writers. With ``drop_cache`` a
+checkpoint is written around the page cache (``O_DIRECT``) so it does not crowd out training.
+:class:`BackgroundJobs` runs a writer's jobs in one thread (as Lightning's ``AsyncCheckpointIO``):
+at most ``limit`` in flight, a failed job's error raised at the next submit, wait or close.
 :func:`prune_newest` keeps the newest N files (or folders) of a name pattern.
 """
 

@@ -68,12 +68,12 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/cli/test_conf.py", "tests/boost/test_auto_boost.py"),
         "example networks: every model= option is built; ResNet1D carries the boost tests",
     ),
-    "rec/_stream.py": (
+    "rec/online/stream.py": (
         ("tests/rec/online/test_checkpoints.py", "tests/rec/online/test_crash_recovery.py"),
         "what Lightning iterates in online_train: a cursor is committed only for batches "
         "trained (resume without loss)",
     ),
-    "rec/online/heap.py": (
+    "rec/online/gc_freeze.py": (
         ("tests/rec/online/test_loop.py::"
          "test_the_objects_alive_at_the_start_are_frozen_for_the_loop_and_handed_back",),
         "the online loop freezes the objects alive at its start and unfreezes them at its end",

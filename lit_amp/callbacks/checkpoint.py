@@ -1,20 +1,13 @@
 """MindSpore's ``ModelCheckpoint``: periodic checkpoints during training.
 
-What and when to save is a :class:`~lit_amp.callbacks.checkpoint_config.CheckpointConfig`
-(re-exported here, its import path of earlier releases).
-
-One checkpoint format: each file is a Lightning checkpoint. Inside a
-``Model.train`` / ``LitModel`` run the dict is the one Lightning's ``Trainer.save_checkpoint``
-would write (the Trainer's ``dump_checkpoint``, built on **every** rank, so that a strategy
-that gathers sharded state can do so), plus lit_amp's keys (``append_info``,
-``lit_amp_loss_scale``, ``lit_amp_boost``, ``lit_amp_format``; see
-:mod:`lit_amp.serialization`). Rank 0 writes it with
-:func:`lit_amp.serialization.write_checkpoint` (atomic, fsync-ed); at the start of training
-rank 0 removes the temp files a killed write of this callback left in ``directory``
-(those of its own file names, ``<prefix>[_N]-<epoch>_<step>[_breakpoint].ckpt``, whose writer
-is gone; :func:`lit_amp._io.remove_stale_temps`). Such a file
-resumes with Lightning's own ``Trainer.fit(lit_model, ckpt_path=file)``, loads with
-``LitModel.load_from_checkpoint(file, network=...)`` and with :func:`lit_amp.load_checkpoint`.
+What and when to save is a :class:`~lit_amp.callbacks.checkpoint_config.CheckpointConfig`.
+Each file is a Lightning checkpoint: the dict Lightning's ``Trainer.save_checkpoint`` writes
+(built on every rank, so a strategy can gather sharded state) plus lit_amp's keys
+(:mod:`lit_amp.serialization`). Rank 0 writes it atomically (in the background with
+``async_save``, :class:`lit_amp._io.BackgroundJobs`) and, at the start of training, removes
+the temp files a killed write of this callback left (:func:`lit_amp._io.remove_stale_temps`).
+A file resumes with ``Trainer.fit(lit_model, ckpt_path=file)`` and loads with
+``LitModel.load_from_checkpoint`` or :func:`lit_amp.load_checkpoint`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from typing import Any
 from lit_amp._validation import check_type
 from lit_amp.callbacks.base import InternalCallbackParam
 from lit_amp.model.model import Model, quiet_lightning, split_callbacks
-from lit_amp.rec._stream import OnlineStream, cursor_source
 from lit_amp.rec.online import (
     CheckpointOptions,
     OnlineLoop,
@@ -31,6 +30,7 @@ from lit_amp.rec.online import (
     StopOptions,
     ValidationOptions,
 )
+from lit_amp.rec.online.stream import OnlineStream, cursor_source
 
 __all__ = ["RecModel", "OnlineSummary"]
 

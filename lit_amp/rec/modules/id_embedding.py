@@ -1,33 +1,15 @@
 """A collision-free embedding: one row per distinct id, allocated as ids arrive, in a row budget.
 
-Hashing ids into a fixed table (``id % rows``) makes distinct ids share rows; with tens of
-millions of ids in a few million rows most rows are shared. :class:`IdEmbedding` gives every
-distinct ``(feature, id)`` pair its own row, as Monolith's collisionless tables and
-MindSpore's ``MapParameter`` do:
-
-- a hash table (open addressing, linear probing, looked up with vectorized torch ops: no
-  per-id Python loop) maps a key to its row; a new key in training takes a free row, whose
-  weights are initialised fresh;
-- the table never grows past ``num_rows``: when it is full, the least frequently (``"lfu"``)
-  or least recently (``"lru"``) used rows not in the current batch are evicted — at least
-  1 % of the budget at a time, so the scan is rare — counted in :attr:`evictions` and logged;
-- a batch with more new keys than the budget can hold gives the rest the shared row
-  ``num_rows`` (counted in :attr:`overflows`, logged) instead of failing; in evaluation an
-  unknown key reads that row and nothing is allocated;
-- a new key's row is initialised from a generator seeded with ``seed`` and the table's step
-  counter, so a resumed run allocates and initialises exactly as an uninterrupted one; under
-  DDP every rank admits the union of all ranks' keys of the step (one ``all_gather``), so
-  the ranks' id maps stay identical (``DDPStrategy(broadcast_buffers=False)`` then spares
-  DDP from sending the table, a buffer, at every step).
-
-The id map (``row_keys``: each row's ``(feature, id)``, feature ``-1`` for a free row) and
-the usage statistics are buffers, so the map is saved and restored with the weights by any
-``state_dict`` checkpoint (tensors only: ``torch.load(weights_only=True)`` reads it); the hash
-table is rebuilt from it on load. For delta publishing the module names its row-indexed state
-(``row_state``), its training statistics (``train_state``) and the rows it changed itself
-(:meth:`take_changed_rows`), and applies published rows with :meth:`load_rows`. Before it
-writes rows of its tensors in place outside an optimizer step, it tells the hooks of
-:meth:`register_row_write_hook` which (a snapshot being written copies them aside first).
+Hashing ids into a fixed table makes distinct ids share rows. :class:`IdEmbedding` gives every
+distinct ``(feature, id)`` its own row, as Monolith's collisionless tables and MindSpore's
+``MapParameter`` do: a vectorized open-addressing hash table maps a key to its row; when the
+``num_rows`` budget is full the least frequently (``"lfu"``) or recently (``"lru"``) used rows
+are evicted; a batch with more new keys than the budget shares one overflow row. New rows are
+initialised from ``seed`` and the step counter, and under DDP every rank admits the union of
+the ranks' keys, so resumed and distributed runs map ids identically. The id map is a buffer
+(saved with the weights, ``weights_only``-loadable); for delta publishing and snapshots the
+module names its row state, the rows it changed (:meth:`take_changed_rows`) and announces its
+own row writes (:meth:`register_row_write_hook`).
 
 Example:
     >>> emb = IdEmbedding(num_rows=4, embedding_dim=2)

@@ -1,19 +1,21 @@
 """``RecModel.online_train``'s machinery: its options, its loop and the loop's parts.
 
-=================  ===========================================================================
-module             holds
-=================  ===========================================================================
-``options``        :class:`StopOptions`, :class:`CheckpointOptions`, :class:`PublishOptions`,
-                   :class:`ValidationOptions` (what you pass) and :class:`OnlineSummary`
-``loop``           :class:`OnlineLoop`: the callback bridge with ``online_train``'s epochs
-``stopping``       stop conditions and signal handlers
-``checkpoints``    cursor checkpoints and resuming from them
-``snapshot``       consistent snapshots written while training goes on (copy-on-write)
-``publisher``      published weights on the run's cadence
-``validation``     the held-out window (test-then-train) or a fixed validation set
-``ranks``          the DDP collectives the loop needs
-``guard``          the non-finite guard: a NaN / inf gradient never reaches the parameters
-=================  ===========================================================================
+=====================  =========================================================================
+module                 holds
+=====================  =========================================================================
+``options``            :class:`StopOptions`, :class:`CheckpointOptions`, :class:`PublishOptions`,
+                       :class:`ValidationOptions` (what you pass) and :class:`OnlineSummary`
+``loop``               :class:`OnlineLoop`: the callback bridge with ``online_train``'s epochs
+``stream``             what Lightning iterates: the user's stream with its cursors
+``stopping``           stop conditions and signal handlers
+``checkpoints``        cursor checkpoints and resuming from them
+``checkpoint_files``   the checkpoint folder: listing, the newest readable one, pruning
+``publisher``          published weights on the run's cadence
+``validation``         the held-out window (test-then-train) or a fixed validation set
+``ranks``              the DDP collectives the loop needs
+``guard``              the non-finite guard: a NaN / inf gradient never reaches the parameters
+``gc_freeze``          the objects alive at the start, kept out of the collector's passes
+=====================  =========================================================================
 
 Example:
     >>> from lit_amp.rec.online import ValidationOptions

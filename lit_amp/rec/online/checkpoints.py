@@ -1,23 +1,14 @@
 """Cursor checkpoints of ``online_train`` and resuming from them.
 
 A checkpoint (:class:`CursorCheckpoints`) is one ``online-{step}.ckpt`` file holding the
-train-step module's state (network, optimizer, loss scale) and, under ``"online"``, the
-stream cursor of every rank and the counters, so they are restored together. Only rank 0
-writes; the cursors are gathered first.
-
-With ``CheckpointOptions(background=True)`` (the default) the training loop only takes a
-snapshot (:mod:`.snapshot`: small tensors cloned, big embedding tables copied on write) and
-a background thread writes the file while training goes on. At most one write is in flight:
-a checkpoint due while the previous one is still being written waits for it (the wait is
-counted and logged). A failed write is raised in the training loop at the next step end (on
-every rank). The final checkpoint (end of the stream, a stop, a signal) is written in the
-loop and waited for; after an exception the write in flight is waited for.
-
-A source is told that a cursor is durable (``checkpointed(cursor)``) one checkpoint late:
-when rank 0 joins the gather of the next checkpoint it has finished writing the previous
-one (fsync-ed and renamed), and says whether it succeeded.
-
-At the start of a run, rank 0 removes the temp files a killed writer left in the folder.
+train-step module's state and, under ``"online"``, every rank's stream cursor and the
+counters, so they are restored together; only rank 0 writes, after gathering the cursors.
+With ``CheckpointOptions(background=True)`` the loop only takes a snapshot
+(:mod:`lit_amp.rec.state.snapshot`) and a :class:`~lit_amp._io.BackgroundJobs` thread writes
+it: one write in flight (a checkpoint due meanwhile waits, counted and logged), a failed write
+raised on every rank at the next step end, the final checkpoint written in the loop. A source
+hears that a cursor is durable (``checkpointed(cursor)``) one checkpoint late, when rank 0 has
+finished the previous write. Folder helpers: :mod:`lit_amp.rec.online.checkpoint_files`.
 """
 
 from __future__ import annotations
@@ -31,11 +22,11 @@ import time
 from typing import Any
 
 from lit_amp._io import BackgroundJobs, remove_stale_temps
-from lit_amp.rec._stream import OnlineStream
 from lit_amp.rec.online.checkpoint_files import latest_checkpoint, plain_state, prune_checkpoints
 from lit_amp.rec.online.guard import refuse_nonfinite
 from lit_amp.rec.online.options import CheckpointOptions, OnlineSummary
 from lit_amp.rec.online.ranks import Ranks, raise_held
+from lit_amp.rec.online.stream import OnlineStream
 from lit_amp.rec.state.snapshot import Snapshot, SnapshotBroken, Snapshots, SnapshotStats
 from lit_amp.serialization import checkpoint_payload, save_checkpoint
 

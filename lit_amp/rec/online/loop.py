@@ -1,6 +1,6 @@
 """The online-training loop: MindSpore Rec's ``online_train`` rules on Lightning's hooks.
 
-Lightning's fit loop drives one long epoch over :class:`~lit_amp.rec._stream.OnlineStream`;
+Lightning's fit loop drives one long epoch over :class:`~lit_amp.rec.online.stream.OnlineStream`;
 :class:`OnlineLoop` is the :class:`~lit_amp.callbacks.bridge.MindSporeCallbackBridge` with
 ``online_train``'s epoch accounting (in sink mode every batch is one epoch) and, around each
 step, what MindSpore lacks: stop conditions (:mod:`.stopping`), validation
@@ -33,8 +33,7 @@ import lightning as L
 import torch
 
 from lit_amp.callbacks.bridge import MindSporeCallbackBridge
-from lit_amp.rec._stream import OnlineStream, batch_size_of
-from lit_amp.rec.online import heap
+from lit_amp.rec.online import gc_freeze
 from lit_amp.rec.online.checkpoints import CursorCheckpoints
 from lit_amp.rec.online.guard import NonFiniteGuard
 from lit_amp.rec.online.options import (
@@ -47,6 +46,7 @@ from lit_amp.rec.online.options import (
 from lit_amp.rec.online.publisher import Publisher
 from lit_amp.rec.online.ranks import Ranks
 from lit_amp.rec.online.stopping import StopConditions
+from lit_amp.rec.online.stream import OnlineStream, batch_size_of
 from lit_amp.rec.online.validation import validate, validation_due
 from lit_amp.rec.sources.base import StreamSource
 
@@ -125,7 +125,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         )
         self.cursor: Any = None  # cursor of the last trained batch (this rank)
         self._t0 = 0.0
-        self._frozen = False  # heap.freeze() froze the objects alive at the start
+        self._frozen = False  # gc_freeze.freeze() froze the objects alive at the start
         self._start_step = 0
         self._start_records = 0
         self._idle_stop: str | None = None
@@ -193,7 +193,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         self._start_step = self._step()
         self._start_records = self.summary.total_records
         self._bind_stream()
-        self._frozen = heap.freeze()  # no full collector pass over Lightning's objects
+        self._frozen = gc_freeze.freeze()  # no full collector pass over Lightning's objects
         self._t0 = time.monotonic()
         self.stop.start(self._t0)
         if self.checkpoints is not None:  # nothing new to save yet
@@ -401,7 +401,7 @@ class OnlineLoop(MindSporeCallbackBridge):
         return output * weight
 
     def _finish(self, *, failing: bool = False) -> None:
-        heap.unfreeze(self._frozen)
+        gc_freeze.unfreeze(self._frozen)
         self._frozen = False
         self.stop.finish()
         if self._fill_hook is not None:

@@ -14,9 +14,9 @@ import lightning as L
 import torch
 
 from lit_amp.callbacks.bridge import MindSporeCallbackBridge
-from lit_amp.rec._stream import OnlineStream
 from lit_amp.rec.online.options import ValidationOptions
 from lit_amp.rec.online.ranks import Ranks
+from lit_amp.rec.online.stream import OnlineStream
 
 __all__ = ["validate", "validation_due"]
 

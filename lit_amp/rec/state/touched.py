@@ -1,20 +1,12 @@
 """Which rows of a network's state changed since the last look: what a delta publish writes.
 
-:class:`TouchedRows` hooks the optimizers' ``step`` (``register_step_pre_hook``, so it sees
-the gradients after DDP's all-reduce and after the non-finite guard dropped a bad step's):
-
-- a parameter whose gradient is sparse, stepped by an optimizer that moves only the rows of
-  a sparse gradient (:class:`~lit_amp.rec.optim.LazyAdam`, ``SparseAdam``, ``Adagrad``,
-  ``SGD`` without momentum), has those rows marked in a per-parameter bitmap (one byte per
-  row; marking costs O(rows in the gradient));
-- any other parameter with a gradient is marked whole (a dense gradient, or an optimizer whose
-  momentum moves rows the gradient does not name);
-- a parameter without a gradient did not change;
-- buffers are marked whole at every look (BatchNorm statistics change without gradients),
-  except the state of modules that say otherwise: a module with ``row_state`` (names of its
-  row-indexed tensors), ``train_state`` (names never published in a delta: training
-  statistics) and ``take_changed_rows()`` (rows it changed itself, e.g. a new id's row of
-  :class:`~lit_amp.rec.modules.id_embedding.IdEmbedding`).
+:class:`TouchedRows` hooks the optimizers' ``step`` (a pre-hook: it sees the gradients after
+DDP's all-reduce and after the non-finite guard). A parameter with a sparse gradient stepped
+by a row-local optimizer (:class:`~lit_amp.rec.optim.LazyAdam`, ``SparseAdam``, ``Adagrad``,
+``SGD`` without momentum) has those rows marked in a per-parameter bitmap; any other parameter
+with a gradient is marked whole; one without a gradient did not change. Buffers are marked
+whole at every look, except those of modules that declare ``row_state`` / ``train_state`` /
+``take_changed_rows()`` (e.g. :class:`~lit_amp.rec.modules.id_embedding.IdEmbedding`).
 
 Example:
     >>> emb = torch.nn.Embedding(1000, 4, sparse=True)

@@ -1,18 +1,12 @@
 """What Lightning iterates during ``online_train``: the user's stream, with cursors tracked.
 
-Private. :class:`OnlineStream` pulls one batch at a time from the user's dataset, reads the
-source's cursor right after each pull (the position *after* that batch) and queues it; the
-online loop commits a cursor only when its batch has been trained. It reports a huge
-``len()``, which turns off Lightning's one-batch prefetch (Lightning prefetches only iterables
-without a length, to detect the last batch): on a tailing stream a prefetch would hold the
-newest batch back until the next one lands, and read the cursor one batch ahead of training.
-Under DDP the ranks agree before each step (one all-reduce) on how many of them have a batch,
-so all ranks step the same number of times however the stream is split: a rank whose part ran
-dry steps on a zero-weight *filler* (its last batch, loss times 0) while another still has
-data, so a finite stream is trained to its end on every rank. A rank that never had a batch
-takes the structure of another rank's batch (one ``all_gather_object``, the first time one is
-needed). The loop scales the real ranks' loss by ``world / ranks_with_data``, so the averaged
-update equals the mean over the real batches only.
+:class:`OnlineStream` pulls one batch at a time and queues the source's cursor read right
+after it; the loop commits a cursor only once its batch is trained. Its huge ``len()`` turns
+off Lightning's one-batch prefetch, which on a tailing stream would hold the newest batch back
+and read the cursor one batch ahead. Under DDP the ranks agree before each step (one
+all-reduce) on how many have a batch: a rank whose part ran dry steps on a zero-weight filler
+while another still has data, and the loop scales the real ranks' loss by
+``world / ranks_with_data``, so the update is the mean over the real batches only.
 """
 
 from __future__ import annotations

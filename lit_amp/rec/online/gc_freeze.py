@@ -1,12 +1,11 @@
 """The objects alive when the online loop starts, kept out of the cyclic collector's passes.
 
 A process that has imported Lightning and torch holds about 400,000 objects; a full pass of
-the collector walks them all (0.16 s on this project's 2-core machine) and the loop stalls for
-it wherever the pass falls: in a step, or in a checkpoint's snapshot (a 0.2 s checkpoint stall
-in paired runs 17-18, docs/benchmarks.md). :func:`freeze` collects once and moves what is left
-to the permanent generation, which no pass walks (``gc.freeze``); :func:`unfreeze` hands it
-back when the loop ends. A process that froze objects itself (a server that freezes before it
-forks) keeps its own freeze: then nothing is done either way.
+the collector walks them all (0.16 s on a 2-core machine), stalling a step or a checkpoint's
+snapshot wherever it falls. :func:`freeze` collects once and moves what is left to the
+permanent generation, which no pass walks (``gc.freeze``); :func:`unfreeze` hands it back when
+the loop ends. A process that froze objects itself (a server that freezes before it forks)
+keeps its own freeze: then nothing is done either way.
 """
 
 from __future__ import annotations
