@@ -27,15 +27,14 @@ figures: on a shared machine they explain most of the variation.
 
 ``--scale``: the same Wide&Deep with 26 x {10^4, 10^5, 10^6} hashed rows (``--sizes``), sparse
 gradients and a row-sparse optimizer (``--optimizer``: LazyAdam or Adagrad), on a Criteo-like
-stream (:class:`CriteoLike`: power-law id frequencies, new ids appearing over time), each
-size in its own process: the bare step, a throughput phase, the bare step again (the ratio is
-to the faster of the two; ``python -m bench.online.paired`` measures it in
-alternation instead, which the drift does not move) and a freshness phase as above, batches of
-4096 records,
-with background checkpoints every ``--ckpt-every`` s (one in ``--full-every`` whole, the others
-row increments) and delta publishes every ``--publish-every`` s. Per size: records/s and its
-ratio to the bare step, peak RSS over the parameter + optimizer bytes, checkpoint write time
-and training stall per checkpoint, publish time and bytes, freshness. ``--soak``:
+stream (:class:`CriteoLike`: power-law id frequencies, new ids appearing over time), each size
+in its own process: the bare step, a throughput phase, the bare step again (the ratio is to the
+faster of the two; ``python -m bench.online.paired`` measures it in alternation instead, which
+the drift does not move) and a freshness phase as above, batches of 4096 records, with
+background checkpoints every ``--ckpt-every`` s (one in ``--full-every`` whole, the others row
+increments) and delta publishes every ``--publish-every`` s. Per size: records/s and its ratio
+to the bare step, peak RSS over the parameter + optimizer bytes, checkpoint write time and
+training stall per checkpoint, publish time and bytes, freshness. ``--soak``:
 ``--soak-minutes`` at the largest size on a stream of ever new ids, RSS sampled every second.
 
     .venv/bin/python -m bench.online --scale --seconds 150     # 3 sizes, 150 s per phase

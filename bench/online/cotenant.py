@@ -15,6 +15,7 @@ removed between windows, not timed), ``--rounds`` times. Reports the per-round r
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import shutil
 import statistics
 import tempfile
@@ -31,7 +32,7 @@ def main() -> None:
     net, opt, huge, stream = bare_model(o)
     batches = workload.bare_batches(stream, o["batch"], 100)
     warm = workload.run_baseline(5.0, o["batch"], net, opt, batches=batches)
-    ctx = workload.mp.get_context("spawn")
+    ctx = mp.get_context("spawn")
     root = Path(tempfile.mkdtemp(prefix="lit_amp_bench_cotenant_"))
     data = root / "data"
     data.mkdir()

@@ -37,6 +37,8 @@ from __future__ import annotations
 import concurrent.futures
 import gc
 import logging
+import multiprocessing as mp
+import shutil
 import statistics
 import tempfile
 import threading
@@ -251,7 +253,7 @@ def run(o: dict) -> dict:
     batches = workload.bare_batches(stream, o["batch"], 100)
     workload.run_baseline(5.0, o["batch"], bnet, bopt, batches=batches)  # warm-up, not counted
     model = RecModel(net, nn.BCEWithLogitsLoss(), opt)
-    pause = workload.mp.get_context("spawn").Event()
+    pause = mp.get_context("spawn").Event()
     cycle = o["online_window"] + o["bare_window"]
     root = Path(tempfile.mkdtemp(prefix="lit_amp_bench_paired_"))
     print(f"[{o['vocab']:,}] {o['seconds']:.0f} s: online {o['online_window']:.0f} s / bare "
@@ -266,7 +268,7 @@ def run(o: dict) -> dict:
                 full_every=o["full_every"], publish={"delta": True}, delete_consumed=True,
                 callbacks=(alt,), pause=pause, producer_nice=o["producer_nice"])
     finally:
-        workload.shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     on, bare = alt.online, alt.bare
     per_cycle = paired_ratios(on, bare)
     counted = on[1:len(bare)]  # each with a bare window after it

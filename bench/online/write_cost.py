@@ -19,6 +19,7 @@ lost per GB written and the writer's CPU seconds per GB. Writes
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import shutil
 import statistics
 import tempfile
@@ -105,7 +106,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="lit_amp_bench_write_cost_"))
     prod = None
     if o["producer"]:
-        ctx = workload.mp.get_context("spawn")
+        ctx = mp.get_context("spawn")
         data = root / "data"
         data.mkdir()
         trained = ctx.Value("q", 0, lock=False)
