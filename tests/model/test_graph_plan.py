@@ -199,10 +199,15 @@ def test_sink_graph_is_off_unless_asked_for():
 
 
 def test_user_hooks_are_refused_but_lit_amps_casts_are_not():
+    from lit_amp.amp.convert import custom_mixed_precision
+
+    o3 = graph_lit(amp_level="O3")  # no loss scaling by default; O3 replaces forwards
+    o3.apply_amp(CUDA)
+    assert plan_sink_graph(o3, CUDA).capture
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    lit = graph_lit(net, amp_level="O3")  # no loss scaling by default
-    lit.apply_amp(CUDA)
-    assert net[0]._forward_pre_hooks  # the AMP casts are hooks too
+    custom_mixed_precision(net, white_list=[nn.Linear], dtype=torch.bfloat16)
+    assert net[0]._forward_pre_hooks  # a custom white list casts through lit_amp's hooks
+    lit = graph_lit(net)
     assert plan_sink_graph(lit, CUDA).capture
     handle = lit.loss_fn.register_forward_hook(lambda m, a, out: None)
     _refused(plan_sink_graph(lit, CUDA), "hooks would run once", "CrossEntropyLoss")
