@@ -25,7 +25,6 @@ import torch
 from lit_amp._io import BackgroundJobs, atomic_write, prune_newest
 from lit_amp._validation import check_bool, check_int, check_number
 from lit_amp.rec.online.guard import all_finite
-from lit_amp.rec.state.snapshot import SnapshotBroken
 from lit_amp.rec.serving.format import (
     DELTA_FORMAT,
     HEADER,
@@ -37,6 +36,7 @@ from lit_amp.rec.serving.format import (
     versions,
 )
 from lit_amp.rec.serving.full_snapshots import BackgroundFullWriter, streamable
+from lit_amp.rec.state.snapshot import SnapshotBroken
 from lit_amp.rec.state.touched import MarkedRows, TouchedRows
 
 __all__ = ["publish_weights", "DeltaPublisher"]

@@ -1,19 +1,12 @@
 """``DirectorySource``: tail a folder that producers fill with files (the embedded default).
 
-Contract with producers: write a file under a hidden or temporary name, then rename it into
-the folder (``os.replace`` is atomic), as :func:`write_shard` does. The source only reads
-files whose name does not start with ``.`` or ``_`` and ends with one of ``suffixes``, so it
-never sees half-written files. Files are read in name order (name them with a zero-padded
-sequence number or a timestamp); a file that lands late with a smaller name is still read,
-because the cursor is the *set* of consumed files, not a high-water mark.
-
-Only regular files are read. A symbolic link is never followed (a loop, a dangling link or a
-link out of the folder alike): it is dead-lettered once, by name, and skipped, as are FIFOs,
-sockets and folders. A file name that is not valid UTF-8 is read like any other (Python's
-``surrogateescape`` str of the name; :func:`shard_of` hashes the name's bytes).
-
-The stream ends when ``end_marker`` exists and every file of this shard is consumed, or after
-``max_idle_s`` without a new file; otherwise it polls forever.
+Producers write a file under a hidden name, then rename it into the folder
+(:func:`~lit_amp.rec.sources.shards.write_shard`); the source reads only names that are not
+hidden and end with one of ``suffixes``, so it never sees half a file. Files are read in name
+order; the cursor is the *set* of consumed files, so a file landing late with a smaller name is
+still read. Only regular files are read: a symbolic link is never followed, it is dead-lettered
+once and skipped, as are FIFOs, sockets and folders. The stream ends when ``end_marker``
+exists and every file of this shard is consumed, or after ``max_idle_s`` without a new file.
 """
 
 from __future__ import annotations
@@ -23,25 +16,21 @@ import logging
 import os
 import stat
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
-import torch
 
-from lit_amp._io import atomic_write
 from lit_amp.rec.sources.base import StreamSource, check_source_args, resolve_shard
 from lit_amp.rec.sources.deleter import Deleter, identity
-from lit_amp.rec.sources.npz import read_npz
 from lit_amp.rec.sources.schema import ClickSchema, Columns
+from lit_amp.rec.sources.shards import FORMATS, parse_shard, shard_of
 
-__all__ = ["DirectorySource", "write_shard", "shard_of"]
+__all__ = ["DirectorySource"]
 
 log = logging.getLogger(__name__)
 
-_FORMATS = ("jsonl", "npz", "pt")
 _MAX_SHARD_BYTES = 256 << 20  # default DirectorySource(max_shard_bytes=...)
 _READ_TRIES = 4  # attempts at reading a file that fails with an OSError (permission denied)
 _RETRY_S = 0.25  # ... the n-th retry waits n * _RETRY_S seconds
@@ -49,7 +38,6 @@ _RETRY = object()  # _read's answer: not read now, try again later
 _GONE = object()  # _read's answer: the file vanished; read it if it reappears
 _SKIP = object()  # _read's answer: not a regular file (now a symlink): skipped, not consumed
 _STOP = object()  # _read's answer: the idle hook said stop while parsing; not consumed
-_CHUNK = 4096  # JSON lines parsed between two stop checks (~0.1 s of parsing)
 _SYMLINK = "a symbolic link (not followed: only regular files are read; skipped)"
 _NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
@@ -57,80 +45,6 @@ _NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 def _open_no_follow(path: str, flags: int) -> int:
     """``open``'s opener: fails with ``ELOOP`` on a link, never blocks on a FIFO."""
     return os.open(path, flags | _NO_FOLLOW)
-
-
-def shard_of(name: str, num_shards: int) -> int:
-    """The shard a file belongs to: ``crc32(name) % num_shards`` (stable as the folder grows).
-
-    The CRC is of the name's bytes on disk (UTF-8, or the raw bytes of a name that is not
-    valid UTF-8, which ``os.listdir`` gives as a str with lone surrogates), so every name has
-    a shard.
-
-    Example:
-        >>> shard_of("part-000001.npz", 1)
-        0
-    """
-    return zlib.crc32(name.encode("utf-8", "surrogateescape")) % num_shards
-
-
-def write_shard(
-    directory: str | os.PathLike,
-    name: str,
-    columns: Columns,
-    fmt: str = "npz",
-    *,
-    schema: ClickSchema | None = None,
-    fsync: bool = False,
-) -> str:
-    """Write one file for a :class:`DirectorySource` atomically (:func:`lit_amp._io.atomic_write`).
-
-    Args:
-        directory: the watched folder (created if missing).
-        name: the file stem, e.g. ``"part-000042"`` (the suffix is added).
-        columns: ``{"id", "label", "dense", "cat"}`` arrays (e.g. from
-            :meth:`SyntheticClickSource.columns`).
-        fmt: ``"npz"``, ``"pt"`` or ``"jsonl"``.
-        schema: for ``"jsonl"`` (default :class:`ClickSchema`).
-        fsync: flush the data (and the folder) to disk before returning (survives a power
-            cut).
-
-    Returns:
-        The final path.
-
-    Raises:
-        ValueError: ``fmt`` is not one of the formats, or ``name`` is hidden or has a '/'.
-
-    Example:
-        >>> import tempfile
-        >>> from lit_amp.rec.sources import SyntheticClickSource
-        >>> d = tempfile.mkdtemp()
-        >>> os.path.basename(write_shard(d, "part-0", SyntheticClickSource(4).columns(0)))
-        'part-0.npz'
-    """
-    if fmt not in _FORMATS:
-        raise ValueError(
-            f"For 'write_shard', the argument 'fmt' must be one of {list(_FORMATS)}, but got "
-            f"{fmt!r}."
-        )
-    if not name or name[0] in "._" or "/" in name or os.sep in name:
-        raise ValueError(
-            "For 'write_shard', the argument 'name' must be a file stem that does not start with "
-            f"'.' or '_' and has no '/', but got {name!r}."
-        )
-    directory = os.fspath(directory)
-    os.makedirs(directory, exist_ok=True)
-    final = os.path.join(directory, f"{name}.{fmt}")
-
-    def write(f: IO[bytes]) -> None:
-        if fmt == "npz":
-            np.savez(f, **{k: np.asarray(v) for k, v in columns.items()})
-        elif fmt == "pt":
-            torch.save({k: torch.as_tensor(np.asarray(v)) for k, v in columns.items()}, f)
-        else:
-            f.write((schema or ClickSchema()).to_json_lines(columns))
-
-    atomic_write(final, write, fsync=fsync)
-    return final
 
 
 class _OpenFile:
@@ -211,7 +125,7 @@ class DirectorySource(StreamSource):
 
     Example:
         >>> import tempfile
-        >>> from lit_amp.rec.sources import SyntheticClickSource
+        >>> from lit_amp.rec.sources import SyntheticClickSource, write_shard
         >>> d = tempfile.mkdtemp()
         >>> gen = SyntheticClickSource(batch_size=5, seed=0)
         >>> for i in range(3):
@@ -229,7 +143,7 @@ class DirectorySource(StreamSource):
         batch_size: int = 1000,
         *,
         schema: Any = None,
-        suffixes: tuple[str, ...] = _FORMATS,
+        suffixes: tuple[str, ...] = FORMATS,
         poll_interval: float = 0.05,
         max_idle_s: float | None = None,
         end_marker: str | None = "_END",
@@ -268,11 +182,11 @@ class DirectorySource(StreamSource):
                 f"For '{owner}', the argument 'max_shard_bytes' must be a positive int or "
                 f"None, but got {max_shard_bytes!r}."
             )
-        bad = [s for s in suffixes if s not in _FORMATS]
+        bad = [s for s in suffixes if s not in FORMATS]
         if not suffixes or bad:
             raise ValueError(
                 f"For '{owner}', the argument 'suffixes' must be a non-empty subset of "
-                f"{list(_FORMATS)}, but got {suffixes!r}."
+                f"{list(FORMATS)}, but got {suffixes!r}."
             )
         self.directory = directory
         self.batch_size = batch_size
@@ -450,7 +364,6 @@ class DirectorySource(StreamSource):
     def _read(self, name: str, start: int) -> Any:
         """Read and validate a whole file; dead-letter its bad rows (at or after ``start``)."""
         path = os.path.join(self.directory, name)
-        schema = self.schema
         try:
             try:  # O_NOFOLLOW: a file swapped for a link since the listing is not followed
                 f = open(path, "rb", opener=_open_no_follow)
@@ -467,23 +380,11 @@ class DirectorySource(StreamSource):
                     return _SKIP
                 self._sigs[name] = identity(st)
                 self._sigs_view = None
-                if name.endswith(".jsonl"):
-                    lines = f.read().splitlines()
-                    parsed = self._parse_lines(lines)
-                    if parsed is None:
-                        return _STOP
-                    cols, index, bad = parsed
-                    n_total = len(lines)
-                elif name.endswith(".npz"):
-                    arrays = read_npz(fd, getattr(schema, "shard_arrays", None),
-                                      max_bytes=self.max_shard_bytes)
-                    cols, index, bad, n_total = schema.check_columns(arrays)
-                else:
-                    arrays = torch.load(f, map_location="cpu", weights_only=True)
-                    if not isinstance(arrays, dict):
-                        raise ValueError(
-                            f"a .pt shard must hold a dict, got {type(arrays).__name__}")
-                    cols, index, bad, n_total = schema.check_columns(arrays)
+                parsed = parse_shard(f, name, self.schema, self.max_shard_bytes,
+                                     self.poll_interval, self._idle)
+                if parsed is None:
+                    return _STOP
+                cols, index, bad, n_total = parsed
         except FileNotFoundError:  # not consumed: a file that reappears is read then
             log.warning("DirectorySource: %s vanished before it was read; it is read if it "
                         "reappears.", path)
@@ -512,27 +413,6 @@ class DirectorySource(StreamSource):
                 self.dead_letter.write({"file": name, "row": int(row)}, why, raw)
         k = int(np.searchsorted(index, start)) if start else 0
         return _OpenFile(name, cols, index, n_total, k)
-
-    def _parse_lines(self, lines: list[bytes]) -> Any:
-        """``schema.parse_json_lines(lines)``, ``_CHUNK`` lines at a time, calling the idle
-        hook (the stop checks) every ``poll_interval``; None if it said stop."""
-        if len(lines) <= _CHUNK:
-            return self.schema.parse_json_lines(lines)
-        parts, indexes, bad = [], [], []
-        checked = time.monotonic()
-        for first in range(0, len(lines), _CHUNK):
-            if time.monotonic() - checked >= self.poll_interval:
-                if self._idle():
-                    return None
-                checked = time.monotonic()
-            cols, index, chunk_bad = self.schema.parse_json_lines(lines[first:first + _CHUNK])
-            if len(index) or not parts:  # a chunk of bad rows only adds no columns
-                parts.append(cols)
-                indexes.append(np.asarray(index, dtype=np.int64) + first)
-            bad.extend((row + first, why, raw) for row, why, raw in chunk_bad)
-        if len(parts) > 1 and not len(indexes[0]):  # the first chunk had no valid row
-            parts, indexes = parts[1:], indexes[1:]
-        return self.schema.concat(parts), np.concatenate(indexes), bad
 
     # ------------------------------------------------------------------ iteration
     def _new_files(
