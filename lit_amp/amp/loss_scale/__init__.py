@@ -8,6 +8,8 @@ follows its update cell:
 * :mod:`~lit_amp.amp.loss_scale.controller` - :class:`LossScaleController`: scale the loss,
   unscale the gradients, check for overflow (all-reduced), skip the step, update the scale;
   its ``apply`` is the one driver of every scaled step.
+* :mod:`~lit_amp.amp.loss_scale.unscale` - the controller's gradient pass: fused
+  unscale-and-check, an optimizer's declared ``loss_scale``, the overflow flag all ranks share.
 * :mod:`~lit_amp.amp.loss_scale.rule` - :func:`next_scale_state`: MindSpore's dynamic rule,
   one function for host numbers and device tensors, which every dynamic scale moves by.
 * :mod:`~lit_amp.amp.loss_scale.managers` - ``FixedLossScaleManager``,

@@ -1,70 +1,18 @@
 """``LossScaleController``: the one loss-scaling state machine every lit_amp train step uses.
 
-Pure PyTorch (no Lightning). ``LitModel``'s training step, the ``AmpPrecision`` Lightning
-plugin and the cell returned by ``build_train_network`` all drive a controller built from a
-:class:`~lit_amp.amp.loss_scale.managers.LossScaleManager`; a raw PyTorch loop can use it too.
+Pure PyTorch (no Lightning). ``LitModel``'s training step, the ``AmpPrecision`` plugin and the
+cell from ``build_train_network`` all drive a controller built from a
+:class:`~lit_amp.amp.loss_scale.managers.LossScaleManager`, so loss scaling has one
+implementation, which a raw PyTorch loop can use too. One step (docs/semantics.md §2.7)::
 
-One training step (docs/semantics.md §2.7), for any number of optimizers::
+    controller.scale_loss(loss).backward()      # loss * scale; `loss` itself is untouched
+    done = controller.apply(optimizers, step_all, before_step=clip)  # unscale, clip, check,
+    if not done.skipped:                        # step unless skipped, update the scale
+        lr_scheduler.step()
 
-    controller.scale_loss(loss).backward()          # loss * scale; `loss` itself is untouched
-    done = controller.apply(optimizers, step_all, before_step=clip)
-    if not done.skipped:
-        lr_scheduler.step()                         # the schedule advances only on real steps
-    loss, overflow_t, scale_used = controller.step_outputs(loss)
-
-where :meth:`~LossScaleController.apply`, the one driver of every scaled step in lit_amp, is::
-
-    for opt in optimizers:
-        controller.unscale_(opt)                    # grads /= scale, before clipping / step
-    clip()                                          # optional: sees the true gradients
-    overflow = controller.found_overflow(optimizers)  # any inf/NaN grad on ANY rank
-    if not controller.should_skip(overflow):        # skip the WHOLE step on overflow
-        step_all()
-    controller.update(overflow)                     # once per step, not per optimizer
-
-:meth:`LossScaleController.step` bundles the backward and ``apply`` for one optimizer.
-
-Semantics:
-
-- The scale follows the manager's update cell: MindSpore's dynamic rule
-  (:mod:`~lit_amp.amp.loss_scale.rule`, docs/semantics.md §2.6) plus lit_amp's optional
-  hysteresis and min/max clamps; a fixed manager keeps its scale.
-- ``drop_overflow_update`` (``FixedLossScaleManager(S, drop_overflow_update=False)``): scale by
-  ``S``, unscale, and never skip, exactly as MindSpore's ``TrainOneStepCell(sens=S)`` with an
-  optimizer built with ``loss_scale=S``.
-- Optimizers that divide by a loss scale themselves (MindSpore optimizers and THOR take
-  ``loss_scale=...``): an optimizer declaring a ``loss_scale`` attribute, ``defaults`` key or
-  param-group key ``X != 1.0`` gets its gradients multiplied by ``X / scale`` instead of
-  ``1 / scale``, so that its own division by ``X`` yields the true gradients; when ``X ==
-  scale`` (the documented MindSpore pairing) the gradients are left untouched. Such gradients
-  are then still ``X``-scaled while clipping runs — clip inside that optimizer.
-- DDP reduces gradients during ``backward``, so they are unscaled after the all-reduce rather
-  than before as in MindSpore; the reduction is linear, so the result is the same. FSDP2's
-  ``DTensor`` gradients are unscaled and checked shard by shard (each rank its own). The
-  overflow flag is all-reduced (MAX) whenever ``torch.distributed`` is initialized, so a step
-  that overflows on one rank is skipped on every rank.
-- Guard: ``max_consecutive_overflows`` consecutive overflowing steps raise RuntimeError naming
-  the current scale and, with ``diagnostics``, the first layer that produced a non-finite
-  value.
-- Checking costs one fused pass over the gradients, done while unscaling
-  (``torch._amp_foreach_non_finite_check_and_unscale_``, the kernel behind
-  ``torch.amp.GradScaler``), and one host sync per step.
-
-Example:
-    >>> import torch
-    >>> from lit_amp.amp.loss_scale.managers import DynamicLossScaleManager
-    >>> net = torch.nn.Linear(4, 2)
-    >>> opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    >>> sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10)
-    >>> ctl = LossScaleController(DynamicLossScaleManager(init_loss_scale=2**16))
-    >>> for _ in range(3):
-    ...     opt.zero_grad()
-    ...     loss = net(torch.randn(8, 4)).pow(2).mean()
-    ...     loss, overflow, scale = ctl.step(opt, loss)
-    ...     if not ctl.last_skipped:
-    ...         sched.step()
-    >>> ctl.steps, ctl.skipped_steps, ctl.scale
-    (3, 0, 65536.0)
+The gradient pass (fused unscale-and-check, the overflow flag all ranks agree on) is in
+:mod:`~lit_amp.amp.loss_scale.unscale`; the rules and departures are in docs/semantics.md
+§2.6-2.7 and docs/differences.md, "Loss scaling".
 """
 
 from __future__ import annotations
@@ -77,12 +25,18 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from lit_amp._runtime import dist_ready, unwrap_optimizer
+from lit_amp._runtime import unwrap_optimizer
 from lit_amp._validation import check_positive_int, check_type, type_error
 from lit_amp.amp.loss_scale.managers import (
     DynamicLossScaleUpdateCell,
     FixedLossScaleUpdateCell,
     LossScaleManager,
+)
+from lit_amp.amp.loss_scale.unscale import (
+    FactorCache,
+    any_overflow,
+    declared_loss_scale,
+    unscale_and_check_,
 )
 
 __all__ = ["LossScaleController", "AppliedStep"]
@@ -98,34 +52,6 @@ class AppliedStep(NamedTuple):
     overflow: bool  #: a gradient was inf/NaN on some rank
     skipped: bool  #: the optimizer step was skipped
     output: Any  #: what the step callable returned (None when skipped)
-
-
-def _declared_loss_scale(optimizer: Any, group: dict) -> float:
-    """The loss scale an optimizer divides gradients by itself (1.0 when it does not)."""
-    value = group.get("loss_scale")
-    if value is None:
-        value = getattr(optimizer, "loss_scale", None)
-    if value is None:
-        value = getattr(optimizer, "defaults", {}).get("loss_scale")
-    if isinstance(value, Tensor) and value.numel() == 1:
-        value = float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return 1.0
-
-
-def _local(grad: Tensor) -> Tensor:
-    """A ``DTensor`` gradient's local shard (the same storage); other tensors as they are.
-
-    FSDP2 / tensor parallelism leave ``DTensor`` gradients; the fused unscale-and-check kernel
-    runs on each rank's shard, and :meth:`LossScaleController.found_overflow` all-reduces the
-    flag, so an inf in one rank's shard skips the step on every rank.
-    """
-    to_local = getattr(grad, "to_local", None)
-    if to_local is None:
-        return grad
-    with torch.no_grad():
-        return to_local()
 
 
 class LossScaleController:
@@ -214,7 +140,7 @@ class LossScaleController:
         # per-step state, reset by update()
         self._found_inf: dict[int, list[Tensor]] = {}
         self._unscaled_params: set[int] = set()
-        self._inv_cache: dict[tuple[torch.device, float], Tensor] = {}
+        self._factors = FactorCache()
 
     # ------------------------------------------------------------------ scale
     @property
@@ -233,51 +159,13 @@ class LossScaleController:
         return loss * self._scale
 
     # --------------------------------------------------------------- unscale
-    def _factor_tensor(self, device: torch.device, factor: float) -> Tensor:
-        key = (device, factor)
-        t = self._inv_cache.get(key)
-        if t is None:
-            if len(self._inv_cache) > 16:
-                self._inv_cache.clear()
-            t = torch.full((1,), factor, dtype=torch.float32, device=device)
-            self._inv_cache[key] = t
-        return t
-
-    def _check_and_scale_(self, grads: list[Tensor], factor: float) -> list[Tensor]:
-        """Multiply ``grads`` by ``factor`` in place and return per-device found-inf flags.
-
-        One fused pass per (device, dtype) group; no host sync. ``factor == 1`` only checks.
-        """
-        groups: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
-        flags: list[Tensor] = []
-        for g in grads:
-            g = _local(g)
-            if g.is_sparse:
-                if g.dtype == torch.float16:
-                    g = g.coalesce()
-                vals = g._values()
-                if factor != 1.0:
-                    vals.mul_(factor)
-                flags.append((~torch.isfinite(vals)).any().float().reshape(1))
-                continue
-            groups.setdefault((g.device, g.dtype), []).append(g)
-        found: dict[torch.device, Tensor] = {}
-        for (device, _), ts in groups.items():
-            if device not in found:
-                found[device] = torch.zeros(1, dtype=torch.float32, device=device)
-            torch._amp_foreach_non_finite_check_and_unscale_(
-                ts, found[device], self._factor_tensor(device, factor)
-            )
-        flags.extend(found.values())
-        return flags
-
     def unscale_(self, optimizer: Optimizer) -> None:
         """Divide ``optimizer``'s gradients by :attr:`scale` in place (and check them).
 
         At most once per optimizer per step (a second call is a no-op); a parameter shared by
         two optimizers is unscaled once. An optimizer that divides by a declared
         ``loss_scale`` ``X != 1`` itself gets ``grads *= X / scale`` (nothing when ``X ==
-        scale``) — see the module docstring. The non-finite check runs in the same fused pass;
+        scale``) — docs/differences.md, "Loss scaling". The non-finite check runs in the same fused pass;
         :meth:`found_overflow` reads its result. No-op when disabled.
         """
         if not self.enabled:
@@ -289,26 +177,17 @@ class LossScaleController:
         flags: list[Tensor] = []
         by_factor: dict[float, list[Tensor]] = {}
         for group in opt.param_groups:
-            factor = _declared_loss_scale(opt, group) / self._scale
+            factor = declared_loss_scale(opt, group) / self._scale
             for p in group["params"]:
                 if p.grad is None or id(p) in self._unscaled_params:
                     continue
                 self._unscaled_params.add(id(p))
                 by_factor.setdefault(factor, []).append(p.grad)
         for factor, grads in by_factor.items():
-            flags.extend(self._check_and_scale_(grads, factor))
+            flags.extend(unscale_and_check_(grads, factor, self._factors))
         self._found_inf[key] = flags
 
     # -------------------------------------------------------------- overflow
-    def _comm_device(self, flags: list[Tensor]) -> torch.device:
-        if dist_ready():
-            backend = str(torch.distributed.get_backend()).lower()
-            if "nccl" in backend and torch.cuda.is_available():
-                return torch.device("cuda", torch.cuda.current_device())
-            if "gloo" in backend or not flags:
-                return torch.device("cpu")
-        return flags[0].device if flags else torch.device("cpu")
-
     def found_overflow(self, optimizers: Sequence[Optimizer] | Optimizer) -> bool:
         """Whether any gradient of ``optimizers`` is inf/NaN on any rank.
 
@@ -334,18 +213,8 @@ class LossScaleController:
                 for p in group["params"]
                 if p.grad is not None and id(p) not in self._unscaled_params
             ]
-            flags.extend(self._check_and_scale_(grads, 1.0))
-        distributed = dist_ready()
-        if not distributed and len(flags) == 1:
-            return flags[0].item() > 0
-        device = self._comm_device(flags)
-        if flags:
-            flag = torch.stack([f.reshape(()).to(device) for f in flags]).amax()
-        else:
-            flag = torch.zeros((), dtype=torch.float32, device=device)
-        if distributed:
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return bool(flag.item() > 0)
+            flags.extend(unscale_and_check_(grads, 1.0, self._factors))
+        return any_overflow(flags)
 
     def should_skip(self, overflow: bool | Tensor) -> bool:
         """True when the step must be skipped: ``overflow`` and ``drop_overflow_update``."""
