@@ -14,9 +14,9 @@ from torch import nn
 
 from lit_amp.callbacks import Callback
 from lit_amp.rec import CheckpointOptions, LazyAdam, RecModel, StopOptions, WideDeep
-from lit_amp.rec.state import snapshot as snapshot_mod
 from lit_amp.rec.online.checkpoint_files import latest_checkpoint, list_checkpoints
 from lit_amp.rec.sources import SyntheticClickSource
+from lit_amp.rec.state import snapshot as snapshot_mod
 from lit_amp.serialization import load_checkpoint
 
 LOGGER = "lit_amp.rec.online.checkpoints"
