@@ -88,6 +88,12 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
          "tests/thor/test_thor_ddp.py"),
         "THOR's refresh of the factors' inverses runs inside THOR.step",
     ),
+    "thor/_sgd.py": (
+        ("tests/thor/test_optimizer.py", "tests/thor/test_step_overhead.py"),
+        "THOR's momentum-SGD update runs inside THOR.step: weight decay, decay_filter, clipping "
+        "and momentum against a hand-written SGD there, the flat momentum buffers in "
+        "test_step_overhead",
+    ),
 }
 
 

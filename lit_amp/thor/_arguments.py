@@ -4,7 +4,8 @@ Cut out of the optimizer module so that ``THOR.__init__`` reads as "check, then 
 function here validates one argument (or one group of related ones) with the shared
 :mod:`lit_amp._validation` helpers, owner ``'thor'`` (the public name users call), and returns
 the normalised value. :class:`Schedule` reads ``learning_rate`` and ``damping`` in any of the
-forms MindSpore and lit_amp accept (a float, per-step values or a callable of the step).
+forms MindSpore and lit_amp accept (a float, per-step values or a callable of the step);
+:func:`placed_start` says where a per-step array sits when a checkpoint is loaded.
 
 Example:
     >>> Schedule("damping", [0.3, 0.2]).at(1)
@@ -18,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -45,6 +47,8 @@ __all__ = [
     "check_split_indices",
     "check_no_sparse_embedding",
     "check_split_dim",
+    "schedule_state",
+    "placed_start",
 ]
 
 #: The public name in every message (MindSpore's ``nn.thor``).
@@ -295,3 +299,41 @@ def check_split_dim(value: Any) -> int | None:
         (None, 64)
     """
     return check_int(OWNER, "split_dim", value, minimum=1, allow_none=True)
+
+
+def schedule_state(schedule: Schedule, start: int) -> dict[str, Any] | None:
+    """A per-step array (float64, exact) and the step of its index 0; None for other forms."""
+    if schedule.values is None:
+        return None
+    return {"values": torch.tensor(schedule.values, dtype=torch.float64), "start": start}
+
+
+def placed_start(schedule: Schedule, saved: Any, steps: int) -> int:
+    """The step at which index 0 of ``schedule``'s per-step array sits after a load of a state
+    saved at ``steps`` with the array ``saved``
+    (:meth:`~lit_amp.thor.optimizer.THOR.load_state_dict`'s rules)."""
+    if schedule.values is None or not isinstance(saved, dict):
+        return 0  # a float or a callable; a state written before the arrays were saved
+    theirs, start = saved["values"].tolist(), int(saved.get("start", 0))
+    mine = schedule.values
+    if mine == theirs:
+        return start
+    cut = len(theirs) - len(mine)  # both run to the same last step: mine starts ``cut`` later
+    aligned = theirs[cut:] == mine if cut >= 0 else mine[-cut:] == theirs
+    if not aligned or start + cut < 0:
+        warnings.warn(
+            f"THOR.load_state_dict: the per-step '{schedule.name}' array this optimizer was "
+            f"built with ({len(mine)} values) is neither the checkpoint's ({len(theirs)} values) "
+            f"nor that array cut at a step; it is indexed by the restored step counter "
+            f"({steps}) as an array covering the whole run from step 0.",
+            UserWarning, stacklevel=3,
+        )
+        return 0
+    if start + cut > steps:
+        raise ValueError(
+            f"THOR.load_state_dict: the per-step '{schedule.name}' array this optimizer was "
+            f"built with is the checkpoint's array from step {start + cut} on, but the "
+            f"checkpoint was saved at step {steps}: cut the array at the checkpoint's step "
+            f"(get_thor_lr({steps}, ...)), or pass the whole array."
+        )
+    return start + cut

@@ -1,53 +1,16 @@
 """THOR, MindSpore's second-order optimizer, as a ``torch.optim.Optimizer`` (pure PyTorch).
 
-``thor(net, learning_rate, damping, momentum, ...)`` (docs/semantics.md §4.1) gives a :class:`THOR`
-optimizer over ``net``'s trainable parameters. Every ``frequency`` steps it runs one
-**second-order step**: statistics hooks on the Linear / Conv1d / Conv2d / Embedding layers
-record the Kronecker factors A and G of this batch, the factors are (optionally) averaged with
-the previous ones, and their damped block-diagonal inverses are recomputed by Cholesky in fp32.
-The ``frequency - 1`` **first-order steps** in between reuse the inverses with the hooks
-removed, so they cost the preconditioning matmuls and nothing else. The optimizer counts its
-own steps and installs / removes its hooks itself, so the alternation works in any loop: raw
-PyTorch, :class:`~lit_amp.LitModel` (sink and non-sink mode), or a user's LightningModule.
+``thor(net, learning_rate, damping, momentum, ...)`` (docs/semantics.md §4.1-4.2) gives a
+:class:`THOR` optimizer over ``net``'s trainable parameters. Every ``frequency`` steps one
+second-order step records the Kronecker factors of the Linear / Conv / Embedding layers and
+re-inverts them; the steps between reuse the inverses with the statistics hooks removed. The
+optimizer counts its own steps and installs its hooks itself, so the alternation works in any
+loop: raw PyTorch, :class:`~lit_amp.LitModel` (sink mode too) or a user's LightningModule.
 
-One step, in MindSpore's order (``ThorGpu.construct``)::
-
-    g  = grad / loss_scale
-    g' = G⁻¹ · g · A⁻¹          Linear, Conv (g as (out, in·k)); Embedding: diag(A⁻¹) · g · G⁻¹
-    g' = g / (g²/batch_size + √λ)   LayerNorm weight and bias (diagonal Fisher, every step)
-    g' = g                      every other parameter (biases, BatchNorm, ...)
-    g' += weight_decay · w      where decay_filter(param) is true
-    g' = clip_by_norm(g', 1.0)  per tensor, if enable_clip_grad
-    buf = momentum · buf + g';  w -= lr · buf     (Nesterov: w -= lr · (g' + momentum · buf))
-
-with ``(A + √λ I)⁻¹`` and ``(G + √λ I)⁻¹`` (λ = damping at this step), inverted in
-``split_dim``-sized diagonal blocks (the paper's "hardware-driven" split; 128 as on GPU).
-
-Beyond MindSpore's release, from the THOR paper (both on by default: they won in
-``bench/thor.py``; ``factor_decay=0.0, trace_thresholds=(0.0, 0.0)`` is the released
-algorithm):
-
-- ``factor_decay`` (default 0.5): a running average of the factors across refreshes,
-  ``A ← β·A + (1-β)·A_batch`` (MindSpore uses the single refresh batch, β = 0).
-- ``trace_thresholds=(ω1, ω2)`` (default the paper's THOR, (0.01, 0)): per factor,
-  Δ = |tr(F+√λI) − tr(F_ref+√λI)| / tr(F_ref+√λI) against the factor last inverted; Δ > ω1
-  re-inverts, ω2 ≤ Δ ≤ ω1 reuses the old inverse, Δ < ω2 stops refreshing that factor for
-  good (its statistics are no longer collected). (0, 0) refreshes every time (MindSpore).
-
-Two K-FAC choices, off by default (MindSpore's rules) and measured in docs/benchmarks.md (THOR
-section): ``pi_damping=True`` splits √λ between A and G by K-FAC's π, and
-``bias_in_a=True`` preconditions each bias with its weight (a ones column in A).
-:data:`RECOMMENDED_RECIPE` turns both on (with frequency 10 and the trace rule (0.1, 0)); use
-it with a constant damping.
-
-Under ``torch.distributed`` the new statistics are all-reduced (mean; one call per
-``split_indices`` bucket) before they are used, so every rank holds identical factors,
-inverses and trace decisions.
-
-This module holds the optimizer (its step, hook timing and checkpoint state); the argument
-checks and schedules live in ``_arguments``, the refresh (all-reduce, running average, trace
-rule, inversion) in ``_second_order``, the per-layer statistics and block-diagonal inverses in
-:mod:`~lit_amp.thor.factors`.
+This module holds the step, the hook timing and the checkpoint state; argument checks and
+schedules are in ``_arguments``, the refresh in ``_second_order``, the momentum update in
+``_sgd``, per-layer factors in :mod:`~lit_amp.thor.factors`. The paper's options that MindSpore
+lacks are in docs/differences.md, "THOR".
 
 Example:
     >>> import torch
@@ -68,7 +31,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +53,11 @@ from lit_amp.thor._arguments import (
     check_split_dim,
     check_split_indices,
     check_trace_thresholds,
+    placed_start,
+    schedule_state,
 )
 from lit_amp.thor._second_order import LAYERNORM, plan_layers, refresh
+from lit_amp.thor._sgd import decayed_positions, momentum_buffers, update_
 from lit_amp.thor.factors import LayerFactors
 
 __all__ = [
@@ -484,85 +449,12 @@ class THOR(Optimizer):
         return layers, norms
 
     def _update(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]) -> None:
-        """Weight decay, clipping, momentum (Nesterov) and the parameter update."""
-        wd = group["weight_decay"]
-        if wd:
-            idx = self._decayed(params)
-            if len(idx) == len(params) and all(g is not p.grad for g, p in zip(grads, params)):
-                torch._foreach_add_(grads, params, alpha=wd)  # all new tensors: in place
-            elif len(idx) == len(params):
-                grads = list(torch._foreach_add(grads, params, alpha=wd))
-            elif idx:
-                dec = torch._foreach_add([grads[i] for i in idx], [params[i] for i in idx],
-                                         alpha=wd)
-                for i, d in zip(idx, dec):
-                    grads[i] = d
-        if self.enable_clip_grad:
-            norms = torch._foreach_norm(grads)
-            grads = [g * (1.0 / torch.clamp_min(n, 1.0)).to(g.dtype) for g, n in zip(grads, norms)]
-        m = group["momentum"]
-        upd = grads
-        if m != 0:
-            flat, bufs = self._momentum_buffers(params)
-            if flat is not None:
-                flat.mul_(m)  # one kernel for every buffer (same values as per tensor)
-            else:
-                torch._foreach_mul_(bufs, m)
-            torch._foreach_add_(bufs, grads)
-            upd = torch._foreach_add(grads, bufs, alpha=m) if group["nesterov"] else bufs
-        torch._foreach_add_(params, upd, alpha=-group["lr"])
-
-    def _decayed(self, params: list[Tensor]) -> list[int]:
-        """Positions of the parameters that take weight decay (cached per parameter list)."""
-        key = tuple(map(id, params))
-        hit = self._decay_idx.get(key)
-        if hit is None:
-            if len(self._decay_idx) > 8:
-                self._decay_idx.clear()
-            hit = self._decay_idx[key] = [
-                i for i, p in enumerate(params) if self._decay.get(p, True)
-            ]
-        return hit
-
-    def _momentum_buffers(self, params: list[Tensor]) -> tuple[Tensor | None, list[Tensor]]:
-        """Each parameter's momentum buffer (zeros on first use), and the flat tensor they are
-        views of (None when the parameters differ in dtype / device or are not contiguous).
-
-        The buffers live in ``self.state`` as usual (checkpoints see ordinary tensors); a
-        buffer replaced from outside (``load_state_dict``) is copied into a new flat tensor.
-        """
-        state = self.state
-        key = tuple(map(id, params))
-        hit = self._flat_bufs.get(key)
-        if hit is not None and all(
-            state[p].get("momentum_buffer") is v for p, v in zip(params, hit[1])
-        ):
-            return hit
-        bufs = []
-        for p in params:
-            st = state[p]
-            buf = st.get("momentum_buffer")
-            if buf is None:
-                buf = st["momentum_buffer"] = torch.zeros_like(
-                    p, memory_format=torch.preserve_format
-                )
-            bufs.append(buf)
-        p0 = params[0]
-        if not all(p.dtype == p0.dtype and p.device == p0.device and p.is_contiguous()
-                   and b.shape == p.shape for p, b in zip(params, bufs)):
-            return None, bufs
-        flat = torch.empty(sum(p.numel() for p in params), dtype=p0.dtype, device=p0.device)
-        views, offset = [], 0
-        for p, b in zip(params, bufs):
-            v = flat[offset: offset + p.numel()].view(p.shape)
-            v.copy_(b)
-            state[p]["momentum_buffer"] = v
-            views.append(v)
-            offset += p.numel()
-        if len(self._flat_bufs) > 8:
-            self._flat_bufs.clear()
-        self._flat_bufs[key] = (flat, views)
-        return flat, views
+        update_(
+            group, params, grads,
+            decayed=lambda: decayed_positions(params, self._decay, self._decay_idx),
+            buffers=lambda: momentum_buffers(self.state, params, self._flat_bufs),
+            clip=self.enable_clip_grad,
+        )
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -577,8 +469,8 @@ class THOR(Optimizer):
             "layers": [lf.state_dict() for lf in self.layers],
             # the per-step arrays (MindSpore's checkpoint holds its ``learning_rate`` too)
             "schedules": {
-                "learning_rate": _array_state(self._lr, self._lr_start),
-                "damping": _array_state(self._damping, self._damping_start),
+                "learning_rate": schedule_state(self._lr, self._lr_start),
+                "damping": schedule_state(self._damping, self._damping_start),
             },
         }
         return sd
@@ -614,8 +506,9 @@ class THOR(Optimizer):
         starts = (0, 0)
         if thor_state is not None:  # checked before anything is loaded
             saved = thor_state.get("schedules") or {}
-            starts = (_placed(self._lr, saved.get("learning_rate"), int(thor_state["steps"])),
-                      _placed(self._damping, saved.get("damping"), int(thor_state["steps"])))
+            at = int(thor_state["steps"])
+            starts = (placed_start(self._lr, saved.get("learning_rate"), at),
+                      placed_start(self._damping, saved.get("damping"), at))
         super().load_state_dict(state_dict)
         if thor_state is None:
             return
@@ -643,43 +536,6 @@ class THOR(Optimizer):
             f"split_dim={self.split_dim}, factor_decay={self.factor_decay}, "
             f"trace_thresholds={self.trace_thresholds}, steps={self.steps})"
         )
-
-
-def _array_state(schedule: Any, start: int) -> dict[str, Any] | None:
-    """A per-step array (float64, exact) and the step of its index 0; None for other forms."""
-    if schedule.values is None:
-        return None
-    return {"values": torch.tensor(schedule.values, dtype=torch.float64), "start": start}
-
-
-def _placed(schedule: Any, saved: Any, steps: int) -> int:
-    """The step at which index 0 of ``schedule``'s per-step array sits after a load of a state
-    saved at ``steps`` with the array ``saved`` (:meth:`THOR.load_state_dict`'s rules)."""
-    if schedule.values is None or not isinstance(saved, dict):
-        return 0  # a float or a callable; a state written before the arrays were saved
-    theirs, start = saved["values"].tolist(), int(saved.get("start", 0))
-    mine = schedule.values
-    if mine == theirs:
-        return start
-    cut = len(theirs) - len(mine)  # both run to the same last step: mine starts ``cut`` later
-    aligned = theirs[cut:] == mine if cut >= 0 else mine[-cut:] == theirs
-    if not aligned or start + cut < 0:
-        warnings.warn(
-            f"THOR.load_state_dict: the per-step '{schedule.name}' array this optimizer was "
-            f"built with ({len(mine)} values) is neither the checkpoint's ({len(theirs)} values) "
-            f"nor that array cut at a step; it is indexed by the restored step counter "
-            f"({steps}) as an array covering the whole run from step 0.",
-            UserWarning, stacklevel=3,
-        )
-        return 0
-    if start + cut > steps:
-        raise ValueError(
-            f"THOR.load_state_dict: the per-step '{schedule.name}' array this optimizer was "
-            f"built with is the checkpoint's array from step {start + cut} on, but the "
-            f"checkpoint was saved at step {steps}: cut the array at the checkpoint's step "
-            f"(get_thor_lr({steps}, ...)), or pass the whole array."
-        )
-    return start + cut
 
 
 def thor(net: nn.Module, *args: Any, **kwargs: Any) -> THOR:
