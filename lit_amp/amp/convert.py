@@ -1,49 +1,12 @@
 """The public conversion API: ``auto_mixed_precision``, ``custom_mixed_precision``,
 ``remove_mixed_precision`` and ``apply_amp_config`` (MindSpore's levels in pure PyTorch).
 
-How it works
-------------
-Parameters stay **stored in float32** at every level. At O2/O3 (and for a custom white list)
-a converted module computes in the low dtype the way MindSpore's ``Cell.to_float`` does: forward
-hooks, installed **in place** on the
-modules themselves (so ``DistributedDataParallel`` and Lightning's strategies, which discard a
-replacement module, keep working), cast the module's floating inputs to the low dtype and, for
-the duration of its ``forward``, replace its parameters by low-precision copies made with an
-autograd cast (gradients flow back, in float32, to the float32 parameters). Floating buffers are
-cast the same way; a buffer the forward updates in place (BatchNorm's running statistics at
-``O3``) is copied back into the float32 buffer afterwards.
-
-=====  ==================================================================================
-Level  What computes in the low dtype
-=====  ==================================================================================
-O0     nothing: the network is returned unchanged.
-O1     the network's forward runs in a ``torch.autocast`` region of the low dtype (the
-       root's ``forward`` wrapped, no hook): autocast's low-precision ops (convolutions,
-       matmuls, ``F.linear``, ...) compute in the low dtype and hand it on; the output is
-       cast to float32. The RNN
-       cells, which the CPU's autocast leaves in float32, compute in the low dtype with their
-       output cast back (:data:`~lit_amp.amp.lists.AUTOCAST_WHITE_GAPS`). With a custom white
-       list (``custom_mixed_precision``), MindSpore's mechanism: white-listed modules compute
-       in the low dtype with their output cast back to float32, and white-listed torch
-       functions are intercepted with a ``TorchFunctionMode`` active only during the forward.
-O2     everything except black-listed modules (BatchNorm*, LayerNorm, SyncBatchNorm,
-       GroupNorm), which compute in float32 and hand the low dtype on; the network's output
-       is cast to float32.
-O3     everything, BatchNorm included; the network's output is cast to float32.
-=====  ==================================================================================
-
-At every level, loss modules (``nn.modules.loss._Loss``) and torchmetrics metrics inside the
-network compute in float32 (MindSpore computes the loss in float32). At O2/O3 every function a
-module calls computes in the low dtype because its inputs and weights are low (PyTorch's type
-promotion), except where a module creates float32 tensors itself (``torch.zeros(...)`` with the
-default dtype) - those ops follow PyTorch's promotion rules. ``float64`` parameters and buffers
-are never cast, and a float64 network computes in float64; a float64 *input* of a converted
-module or white-listed function holding float32 weights is cast to the low dtype like a float32
-one (as MindSpore 2.10 does).
-
-Low-precision copies of the parameters are cached between optimizer steps (``cache_casts``);
-how the cache is refreshed, and how gradients reuse buffers on CPU, is described in
-:mod:`lit_amp.amp.casting`.
+Parameters stay stored in float32 at every level; a converted network computes in the low
+dtype the way MindSpore's ``Cell.to_float`` does, in place on the modules themselves, so DDP
+and Lightning's strategies (which discard a replacement module) keep working. What each level
+computes in the low dtype is docs/semantics.md §2.2-2.3; where it differs from MindSpore,
+docs/differences.md, "Mixed precision". The casts themselves live in :mod:`lit_amp.amp.casting`,
+:mod:`lit_amp.amp.hooks` and :mod:`lit_amp.amp.forwards`.
 
 Example:
     >>> import torch

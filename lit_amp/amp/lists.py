@@ -2,34 +2,10 @@
 
 The **white list** names what computes in the low dtype at level ``O1``: module classes
 (MindSpore's Cells) and torch functions (MindSpore's Primitives). The **black list** names the
-module classes that stay in float32 at level ``O2`` (their output is cast back to the low dtype).
-
-MindSpore -> PyTorch mapping of the white list:
-
-==========================================  ===================================================
-MindSpore                                   PyTorch
-==========================================  ===================================================
-nn.Conv1d/2d/3d                             nn.Conv1d/2d/3d
-nn.Conv1dTranspose/2d/3d                    nn.ConvTranspose1d/2d/3d
-nn.Dense                                    nn.Linear
-nn.LSTMCell, nn.RNNCell, nn.GRUCell         nn.LSTMCell, nn.RNNCell, nn.GRUCell
-nn.PReLU, nn.ReLU                           nn.PReLU, nn.ReLU
-ops.Conv2D/3D, Conv2DTranspose/3D,          torch.conv1d/2d/3d (= F.conv*), torch.conv_transpose*
-Conv2DBackpropInput
-ops.MatMul                                  torch.matmul, torch.mm, Tensor.matmul/mm, ``@``,
-                                            F.linear (Dense's MatMul + BiasAdd)
-ops.BatchMatMul                             torch.bmm, Tensor.bmm
-ops.Ger                                     torch.outer, torch.ger, Tensor.outer/ger
-ops.PReLU, ops.ReLU                         F.prelu, torch.prelu, F.relu, torch.relu, Tensor.relu
-==========================================  ===================================================
-
-Black list: MindSpore's ``BatchNorm1d/2d/3d`` and ``LayerNorm``, plus two additions:
-``SyncBatchNorm`` (Lightning's ``sync_batchnorm=True`` converts BatchNorm to it *before* the
-precision plugin runs, so it must keep BatchNorm's treatment) and ``GroupNorm`` (a
-normalisation with the same float32 reduction needs). Matching is by ``isinstance``, so
-subclasses are covered.
-
-Both getters return **new lists** (copies): editing them does not change the defaults.
+module classes that stay in float32 at level ``O2``; matching is by ``isinstance``, so
+subclasses are covered. Both getters return new lists, so editing one leaves the defaults
+alone. The MindSpore -> PyTorch mapping is in docs/migration.md, "Mixed precision and loss
+scaling"; the black list's two additions in docs/differences.md, "Mixed precision".
 
 Example:
     >>> import torch

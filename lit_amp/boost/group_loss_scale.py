@@ -1,33 +1,13 @@
 """GroupLossScaleManager: a loss scale per layer group ("enhanced AMP", docs/semantics.md §3.3).
 
-MindSpore's ``boost.GroupLossScaleManager(init_loss_scale, loss_scale_groups)`` (MS
-``boost/group_loss_scale_manager.py`` and ``BoostTrainOneStepWithLossScaleCell``):
-
-- The user places the manager inside the network at layer boundaries:
-  ``x = manager(x, layer_i, layer_j)``. Forward is the identity; backward multiplies the
-  incoming gradient by ``s[layer_i] / s[layer_j]``, where ``s = [1, s_1, ..., s_n, 1]`` holds
-  one scale per group (``n = len(loss_scale_groups)``). With markers ``(0, 1)`` at the input,
-  ``(k, k+1)`` between groups and ``(n, n+1)`` at the output, the gradients inside group ``k``
-  carry the factor ``s_k``, and the input gradient is unscaled.
-- The loss itself is not scaled (MindSpore feeds ``sens = 1``). Each group's parameter
-  gradients are divided by the group's scale; a group that overflowed multiplies its scale by
-  ``1/sqrt(2)``, the others by ``2**(1/1000)``; the optimizer runs only if no group overflowed.
-
-Built on lit_amp's loss-scaling machinery: :class:`GroupLossScaleManager` is a
-:class:`~lit_amp.amp.loss_scale.managers.LossScaleManager` (so ``LitModel(...,
-loss_scale_manager=manager)``, ``AmpPrecision`` and
-:class:`~lit_amp.amp.loss_scale.controller.LossScaleController` accept it) and an
-``nn.Module`` (the marker). Its :meth:`~GroupLossScaleManager.get_loss_scale` is 1.0 (the scale
-of the loss); the controller checks overflow on all gradients and skips the step; the update
-cell from :meth:`~GroupLossScaleManager.get_update_cell` moves each group's scale. Gradients
-are unscaled per group by tensor hooks on the group's parameters as they are produced, so
-clipping and the optimizer see true gradients. Per-group overflow is read from each group's
-parameter gradients (MindSpore reads a per-marker device flag). MindSpore divides by the
-*updated* scale; lit_amp by the scale the step used. The scales are a buffer of the update
-cell, saved with the loss-scale state.
-
-:class:`LossScaleGroup` is the boost flag ``loss_scale_group``: a callback that checks, at
-setup, that the module trains with a :class:`GroupLossScaleManager`.
+MindSpore's ``boost.GroupLossScaleManager(init_loss_scale, loss_scale_groups)`` on lit_amp's
+loss-scaling machinery: the manager is a
+:class:`~lit_amp.amp.loss_scale.managers.LossScaleManager` (so ``LitModel``, ``AmpPrecision``
+and the :class:`~lit_amp.amp.loss_scale.controller.LossScaleController` accept it) and an
+``nn.Module``, the marker the user places at layer boundaries (``x = manager(x, i, j)``).
+Gradients are unscaled per group by tensor hooks as they are produced, so clipping and the
+optimizer see true gradients. :class:`LossScaleGroup` is the boost flag ``loss_scale_group``.
+Departures from MindSpore: docs/differences.md, "Boost".
 
 Example:
     >>> m = GroupLossScaleManager(4.0, [])

@@ -1,42 +1,12 @@
 """MindSpore's metric names: the name table, ``get_metrics`` and ``update_metrics``.
 
-:func:`names`, :func:`get_metric_fn`, :func:`get_metrics` and :func:`update_metrics` map
-MindSpore's metric names onto the metric classes, which live by family, as in
-``torchmetrics``: :mod:`~lit_amp.metrics.base` (the MindSpore metric base and
-``metric_value_to_python``), :mod:`~lit_amp.metrics.classification` (Accuracy, top-k, AUC,
-ConfusionMatrix), :mod:`~lit_amp.metrics.precision_recall` (Precision, Recall, Fbeta, F1),
-:mod:`~lit_amp.metrics.regression` (MAE, MSE) and :mod:`~lit_amp.metrics.aggregation`
-(Loss, Perplexity, Dice).
-
-``Model(metrics={"acc", "loss"})`` takes MindSpore's metric names; :func:`get_metrics` turns
-them into metric objects and :func:`update_metrics` feeds them the eval network's outputs
-as MindSpore's ``Model._update_metrics`` does (docs/semantics.md §1.4). Every metric here is a
-:class:`torchmetrics.Metric`, so its states are reduced across processes under DDP
-(``dist_reduce_fx="sum"`` for fixed-size states, ``"cat"`` for the others) and Lightning
-moves it with the module.
-
-The values are MindSpore's, not torchmetrics' defaults (docs/semantics.md §1.8):
-
-- ``Precision``, ``Recall`` and ``F1`` return a **per-class** tensor
-  (``TP / (predicted_positive + eps)`` with ``eps = sys.float_info.min``);
-- ``MAE`` and ``MSE`` divide the error summed over all elements by the **number of samples**
-  (dim 0), not by the element count;
-- ``Loss`` is the **unweighted** mean of the per-batch mean losses.
-
-Differences from MindSpore's name table (listed in ``docs/differences.md``):
-
-- ``'f1'`` is accepted as well as MindSpore's ``'F1'``;
-- ``'auc'`` is a working metric (ROC AUC from scores and labels, :class:`AUC`); in MindSpore
-  the name maps to a plain function and fails when used in a set;
-- ``'topk'`` and ``'confusion_matrix'`` by name still fail (their constructors need an
-  argument), with a TypeError showing how to pass an instance instead;
-- ``'roc'``, ``'bleu_score'``, ``'cosine_similarity'``, ``'occlusion_sensitivity'``,
-  ``'hausdorff_distance'``, ``'mean_surface_distance'``, ``'root_mean_square_distance'`` and
-  ``'confusion_matrix_metric'`` are not provided: pass a ``torchmetrics`` metric in a dict.
-
-Any ``torchmetrics.Metric`` (``torchmetrics.classification.MulticlassAccuracy``, ...) can be
-given in a dict ``name -> Metric``; metrics without an ``is_loss_metric`` attribute receive
-``(prediction, label)``.
+``Model(metrics={"acc", "loss"})`` takes MindSpore's metric names: :func:`get_metrics` turns
+them into metric objects and :func:`update_metrics` feeds them the eval network's outputs as
+MindSpore's ``Model._update_metrics`` does (docs/semantics.md §1.4, §1.8). The metric classes
+live by family, as in ``torchmetrics``: :mod:`~lit_amp.metrics.base`,
+:mod:`~lit_amp.metrics.classification`, :mod:`~lit_amp.metrics.precision_recall`,
+:mod:`~lit_amp.metrics.regression` and :mod:`~lit_amp.metrics.aggregation`. Names that differ
+from MindSpore's table are listed in docs/differences.md, "Metrics".
 
 Example:
     >>> import torch

@@ -2,40 +2,11 @@
 
 ``Trainer(plugins=[AmpPrecision("O2")])`` computes exactly as ``auto_mixed_precision(net, "O2")``
 in a raw PyTorch loop and as ``Model(..., amp_level="O2")``: the plugin resolves the level with
-:func:`lit_amp.amp.levels.resolve_amp_config` on the trainer's device and converts the model
-with :func:`lit_amp.amp.convert.apply_amp_config` in ``convert_module``.
-
-What the plugin does, hook by hook:
-
-* ``convert_module`` - converts the LightningModule **in place** (``DDPStrategy.setup`` discards
-  the return value). The LightningModule is the network's root, and each of its top-level
-  submodules (elements of a top-level ``ModuleList``/``ModuleDict`` included) also casts its
-  output to float32 at O2/O3, so a loss computed in ``training_step`` on ``self.model(x)`` is
-  computed in float32. Loss modules and torchmetrics metrics compute in float32. A module
-  already converted by lit_amp (e.g. by ``LitModel``) is left as it is.
-* ``forward_context`` - at O1, runs the step (training_step included) in a ``torch.autocast``
-  region of the level's dtype, as Lightning's own mixed precision does; with a custom white
-  list, intercepts its torch functions instead.
-* ``convert_input`` - identity: converted modules cast their own inputs, and labels stay in
-  their dtype (the loss is computed in float32).
-* ``pre_backward`` - casts a 16-bit loss to float32 and multiplies it by the loss scale.
-* ``optimizer_step`` - runs the closure, then the controller's one scaled-step driver
-  (:meth:`~lit_amp.amp.loss_scale.controller.LossScaleController.apply`): unscales the
-  gradients (before clipping and ``on_before_optimizer_step``), checks for inf/NaN
-  (all-reduced across ranks), skips the optimizer step on overflow (returns None), updates the
-  scale **once per training step** (with several optimizers in manual optimization too); then
-  logs ``loss_scale`` and ``skipped_steps``. A step-interval LR scheduler call that follows a
-  skipped step is skipped too (MindSpore: an overflowing step does not advance the schedule).
-* ``clip_gradients`` - unscales first when not done yet (manual optimization clips before
-  ``optimizer.step()``; Lightning's own AMP plugin clips scaled gradients there).
-* checkpoints - the loss-scale state is saved under the stable top-level key
-  ``"lit_amp_loss_scale"`` (and, as Lightning does for every plugin, under the class's
-  ``__qualname__``); restore reads the stable key first, so renaming or subclassing the plugin,
-  or switching to/from :class:`~lit_amp.plugins.precision.fsdp.AmpFSDPPrecision`, keeps the
-  scale.
-
-Defaults: ``dtype=None`` is float16 on CUDA (MindSpore's default) and bfloat16 on CPU; O2's
-default loss-scale manager is ``DynamicLossScaleManager()`` for float16 and none for bfloat16.
+:func:`lit_amp.amp.levels.resolve_amp_config` on the trainer's device, converts the model in
+place with :func:`lit_amp.amp.convert.apply_amp_config`, and finishes every scaled step with
+:meth:`~lit_amp.amp.loss_scale.controller.LossScaleController.apply`, so any LightningModule
+gets the same levels and loss scaling as ``Model``. What each hook does is in
+docs/migration.md, "AmpPrecision, hook by hook".
 
 Example:
     >>> import lightning.pytorch as pl
