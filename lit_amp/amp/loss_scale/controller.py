@@ -165,8 +165,8 @@ class LossScaleController:
         At most once per optimizer per step (a second call is a no-op); a parameter shared by
         two optimizers is unscaled once. An optimizer that divides by a declared
         ``loss_scale`` ``X != 1`` itself gets ``grads *= X / scale`` (nothing when ``X ==
-        scale``) — docs/differences.md, "Loss scaling". The non-finite check runs in the same fused pass;
-        :meth:`found_overflow` reads its result. No-op when disabled.
+        scale``; docs/differences.md, "Loss scaling"). The non-finite check runs in the same
+        fused pass; :meth:`found_overflow` reads its result. No-op when disabled.
         """
         if not self.enabled:
             return
