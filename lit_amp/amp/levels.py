@@ -1,30 +1,13 @@
 """The AMP level table, hardware-aware ``auto`` resolution and :class:`AmpConfig`.
 
-This is the *configuration* half of lit_amp's mixed precision: it decides, and converts
-nothing (the conversion is :mod:`lit_amp.amp.convert`, which imports this module and never the
-other way round). :func:`resolve_amp_config` turns a level plus the optional overrides of
-``build_train_network`` (``keep_batchnorm_fp32``, ``cast_model_type``, ``loss_scale_manager``)
-into a frozen :class:`AmpConfig`; :func:`lit_amp.amp.convert.apply_amp_config` converts a
-network in place accordingly. ``Model``, ``LitModel``, ``AmpPrecision`` and
-``build_train_network`` all go through these two functions, so they compute the same way.
-
-Level table (MindSpore's ``_config_level``; ``low`` is the compute dtype):
-
-=====  ===================  ===============  =========================================
-level  keep_batchnorm_fp32  cast_model_type  loss_scale_manager (default)
-=====  ===================  ===============  =========================================
-O0     False                float32          None
-O1     False                float32          None
-O2     True                 low              DynamicLossScaleManager() for float16,
-                                             None for bfloat16
-O3     False                low              None
-=====  ===================  ===============  =========================================
-
-Default dtype when none is given: float16 on CUDA (MindSpore's default), bfloat16 elsewhere
-(CPU float16 matmul is orders of magnitude slower). ``auto``: CUDA -> O2 with bfloat16 where
-the GPU supports it, else O2 float16 with dynamic loss scaling; a CPU with native bfloat16
-(``avx512_bf16`` / ``amx_bf16`` flags, or ``bf16`` on aarch64) -> O2 bfloat16; anything else
--> O0 with a warning.
+This is the *configuration* half of lit_amp's mixed precision: it decides and converts nothing
+(the conversion is :mod:`lit_amp.amp.convert`, which imports this module and never the other
+way round). :func:`resolve_amp_config` turns a level plus ``build_train_network``'s overrides
+(``keep_batchnorm_fp32``, ``cast_model_type``, ``loss_scale_manager``) into a frozen
+:class:`AmpConfig`, which :func:`lit_amp.amp.convert.apply_amp_config` applies. ``Model``,
+``LitModel``, ``AmpPrecision`` and ``build_train_network`` all go through these two functions,
+so they compute the same way. The table is docs/semantics.md §2.4; the default dtype by device
+and ``auto`` are in docs/differences.md, "Mixed precision".
 
 Example:
     >>> import torch

@@ -1,33 +1,10 @@
 """GradientFreeze: on some steps, train only a suffix of the network (docs/semantics.md §3.3).
 
-MindSpore's ``GradientFreeze(param_groups, freeze_type, freeze_p, total_steps)``
-(MS ``boost/grad_freeze.py``):
-
-- **Grouping** (:func:`split_parameter_groups`): walk the trainable parameters in order; a
-  parameter whose name contains ``bn`` or ``bias`` sticks to the current group (lit_amp also
-  sticks every parameter of a normalization layer, whatever its name); otherwise a new group
-  starts once the current one holds 3 or more. With ``stride = len(groups) // param_groups``,
-  train set ``k`` is the suffix ``groups[k * stride:]`` (set 0 = everything).
-- **Schedule** (:func:`freeze_schedule`): a sequence of ``int(total_steps * 1.01)`` indices,
-  index 0 = train everything, index ``k > 0`` = train set ``k`` only (the first ``k * stride``
-  groups frozen). ``freeze_type=1`` (interval) interleaves frozen steps, drawing ``k`` from
-  ``{1..N-1}`` with probability proportional to ``N - k`` (small freezes more likely);
-  ``freeze_type=0`` (continuous) repeats ``[0] * z + [1, ..., N-1]``.
-- **freeze_p**: MindSpore's documentation calls it the "gradient freezing probability"; its
-  code makes it the fraction of steps that freeze *nothing*. lit_amp follows the
-  documentation: ``freeze_p`` is the asymptotic fraction of steps that freeze a prefix
-  (``freeze_p=0.7``: 70 % of steps), and lists this in docs/differences.md.
-- The schedule is drawn from a seeded ``numpy.random.Generator`` (``seed``, default 0), so
-  every data-parallel rank and every resumed run gets the same sequence (MindSpore uses the
-  unseeded global generator).
-
-Execution: before each training forward, the parameters outside the current train set get
-``requires_grad=False``; autograd then stops at the frozen prefix, so its backward (weight and
-input gradients) is never computed, and its gradients stay ``None`` so the optimizer skips it
-(MindSpore instead builds one optimizer per train set). The position advances once per
-optimizer step (an optimizer step post-hook), so a gradient-accumulation window uses one index
-and a step skipped for loss-scale overflow does not advance it. Side effect: under DDP the
-frozen parameters get no gradient, so DDP needs ``find_unused_parameters=True``.
+MindSpore's ``GradientFreeze(param_groups, freeze_type, freeze_p, total_steps)`` as a
+functional core, :func:`split_parameter_groups` and :func:`freeze_schedule`, plus a callback
+that applies the schedule: a frozen prefix skips its backward, which is where the speed-up
+comes from. lit_amp follows MindSpore's documentation for ``freeze_p``, draws a seeded,
+resumable schedule and keeps one optimizer (docs/differences.md, "Boost").
 
 Example:
     >>> s = freeze_schedule(10, freeze_type=1, freeze_p=0.7, total_steps=1000, seed=0)

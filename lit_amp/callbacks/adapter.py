@@ -2,39 +2,16 @@
 
 Inside :class:`lit_amp.Model` the callbacks are driven by a
 :class:`~lit_amp.callbacks.bridge.MindSporeCallbackBridge` that ``Model`` builds with the run's
-``cb_params``. In a plain ``L.Trainer`` (a ``LitModel`` in your own script) nobody builds it:
-:func:`to_lightning` returns one, :class:`LightningCallbacks`, which fills ``cb_params`` from
-the Trainer and the module when the run is set up::
+``cb_params``. In a plain ``L.Trainer`` nobody builds it: :func:`to_lightning` returns one,
+:class:`LightningCallbacks`, which fills ``cb_params`` from the Trainer and the module when the
+run is set up, for ``LitModel`` and any other LightningModule (what each field holds there:
+docs/migration.md, "Callbacks in your own Trainer")::
 
     trainer = L.Trainer(max_epochs=10, callbacks=[
         to_lightning([LossMonitor(), History(), EarlyStopping(monitor="acc")]),
         L.pytorch.callbacks.LearningRateMonitor(),   # Lightning's own, as they are
     ])
     trainer.fit(LitModel(net, loss, opt, metrics={"acc"}), train_loader, val_loader)
-
-The hooks map as in ``Model.fit``: Lightning's validation during ``fit`` is MindSpore's
-evaluation during training (``cb_params.eval_results`` / ``metrics`` set for the epoch end,
-``on_eval_*`` called on custom callbacks and ``TimeMonitor`` only), ``trainer.validate`` is
-``Model.eval``. Lightning's sanity-check validation is not shown to the callbacks (MindSpore
-has none).
-
-Any LightningModule works, not only ``LitModel``:
-
-- the evaluation results (``cb_params.metrics`` / ``eval_results``) are ``LitModel``'s
-  ``last_eval_results`` (MindSpore's bare names: ``acc``, ``eval_loss``); for any other module
-  they are ``trainer.callback_metrics``: every scalar the module logged, under the names it
-  logged them (``EarlyStopping(monitor="val_acc")`` after ``self.log("val_acc", ...)``), read
-  at the end of the evaluation and again at the end of an evaluated training epoch (so that
-  what ``training_step`` logged with ``on_epoch=True`` is this epoch's); as in MindSpore, an
-  epoch without evaluation has no ``eval_results``;
-- ``net_outputs`` (what ``LossMonitor``, ``History`` and ``monitor="loss"`` read) is the loss the
-  ``training_step`` returned (a tensor or ``{"loss": ...}``), as the module computed it: under
-  ``Trainer(accumulate_grad_batches=k)`` Lightning hands callbacks the loss divided by ``k``,
-  which is multiplied back;
-- ``network`` is ``LitModel``'s network, else the LightningModule itself; ``optimizer`` is the
-  first of ``trainer.optimizers``; ``cur_epoch_num`` is ``trainer.current_epoch + 1`` (a run
-  resumed with ``ckpt_path=`` goes on counting); ``batch_num`` is
-  ``trainer.num_training_batches``.
 """
 
 from __future__ import annotations

@@ -2,40 +2,12 @@
 
 Resuming is exact: the resumed run trains the same batches, in the same order, with the same
 random numbers, as a run that was never interrupted (bit-identical weights on CPU), in one
-process and under DDP.
-
-* At every epoch boundary the backup also holds the random state the next epoch starts from:
-  the state of the train ``DataLoader``'s generators (``DataLoader(generator=...)``, a
-  ``RandomSampler``'s own generator), of torch's global CPU (and CUDA) RNG, which a
-  ``RandomSampler`` without a generator and dropout draw from, and of numpy's and Python's
-  ``random`` global generators. :meth:`prepare_dataset` puts it back before the resumed run
-  creates its first iterator, so a shuffled epoch sees the same permutation.
-* A stop requested in the middle of an epoch (``OnRequestExit`` on SIGTERM, any
-  ``request_stop``) is not an epoch end: the backup records the epochs completed, the number
-  of batches of the interrupted epoch already trained, the random state that epoch started
-  from and the global random state at the stop. The resumed run re-creates that epoch's batch
-  order, skips (reads without training) the batches already trained, continues with the
-  global random state where it stopped and with ``cur_step_num`` at the batches already
-  trained. The backup is kept at train end when the run did not reach its last epoch.
-* Under DDP every rank's random state is saved (gathered to rank 0, which writes) and each
-  rank gets its own back. A plain ``DataLoader`` (default random or sequential sampler) is
-  rebuilt with a ``DistributedSampler`` that is Lightning's own (same split, same seed,
-  ``PL_GLOBAL_SEED`` or 0) except that its epoch is the absolute epoch, so the resumed epochs
-  shuffle as the uninterrupted run's did, and that it leaves out each rank's batches already
-  trained. A mid-epoch backup resumes only with the number of processes that wrote it and a
-  plain ``DataLoader``; anything else is refused with a ``RuntimeError`` saying what to do.
-  Over another train dataset several processes keep the last epoch-boundary backup at a
-  mid-epoch stop (a warning says so): the interrupted epoch is trained again from its start.
-* In sink mode an epoch is one sink and a stop takes effect at its end: every stop is at an
-  epoch boundary.
-* Other random state (DataLoader workers' own generators beyond their torch seed, a custom
-  iterable's private RNG) is not saved.
-* The resumed run is the same run: the backup also holds the ``state_dict()`` of the run's
-  other callbacks that have ``state_dict`` / ``load_state_dict`` (``ModelCheckpoint``: its
-  prefix in use and the step of its last periodic save), loaded back into them at train
-  begin, so their files keep the uninterrupted run's names.
-
-The random state and the loaders of a resumed run live in :mod:`lit_amp.callbacks._resume`.
+process and under DDP. The backup holds, besides the weights, the random state the next epoch
+starts from, the position of a stop requested mid-epoch and the ``state_dict()`` of the run's
+other stateful callbacks, so that ``ModelCheckpoint``'s files keep the uninterrupted run's
+names. What is guaranteed, under which loaders and process counts, and the known limits are in
+docs/reliability.md, "Model.train: stop and resume". The random state and the loaders of a
+resumed run live in :mod:`lit_amp.callbacks._resume`.
 """
 from __future__ import annotations
 

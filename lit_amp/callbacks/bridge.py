@@ -1,37 +1,13 @@
 """The bridge from Lightning's hooks to MindSpore callbacks, in MindSpore's order.
 
 One :class:`MindSporeCallbackBridge` (a Lightning ``Callback``) per ``Model.train`` / ``fit`` /
-``eval`` call. It owns the run's ``cb_params`` and ``RunContext`` and translates:
-
-=================================  =========================================================
-Lightning                          MindSpore
-=================================  =========================================================
-on_train_start                     ``cur_step_num`` = 0 (a run resumed mid-epoch: the batches
-                                   of that epoch already trained), enter callbacks,
-                                   ``on_train_begin``
-on_train_epoch_start               ``cur_epoch_num`` (1-based, absolute), ``on_train_epoch_begin``
-                                   (fit: validate after it per ``valid_frequency``; an epoch
-                                   resumed mid-way after its remaining batches)
-on_train_batch_start               ``cur_step_num`` += 1 (sink: sink_size), ``on_train_step_begin``
-on_train_batch_end                 ``net_outputs``, ``on_train_step_end``, stop -> should_stop
-                                   (a stop before the epoch's last batch: no validation)
-on_validation_* (during fit)       ``on_eval_*`` on custom callbacks and TimeMonitor only
-on_train_epoch_end                 ``metrics``/``eval_results`` set, ``on_train_epoch_end``, popped
-on_train_end                       ``on_train_end``, leave callbacks
-on_validation_* (Model.eval)       ``on_eval_*`` on all callbacks
-on_exception                       ModelCheckpoint ``exception_save``; leave callbacks
-=================================  =========================================================
-
-In sink mode one Lightning batch is one sink, so step hooks fire once per sink with the last
-step's outputs, and a stop request takes effect at the sink's end.
-
-The MindSpore side of each hook is a public method (:meth:`~MindSporeCallbackBridge.begin_train`,
-:meth:`~MindSporeCallbackBridge.begin_epoch`, :meth:`~MindSporeCallbackBridge.begin_step`,
-:meth:`~MindSporeCallbackBridge.end_step`, :meth:`~MindSporeCallbackBridge.end_epoch`,
-:meth:`~MindSporeCallbackBridge.end_train`, the eval pieces and
-:meth:`~MindSporeCallbackBridge.leave_on_exception`), so that a loop with other epoch
-accounting — ``RecModel.online_train``'s, where in sink mode every batch is one epoch —
-subclasses the bridge and overrides only the Lightning hooks whose mapping differs.
+``eval`` call owns the run's ``cb_params`` and ``RunContext`` and calls the MindSpore hooks
+from Lightning's (the mapping: docs/migration.md, "Which Lightning hook runs which MindSpore
+hook"). The MindSpore side of each hook is a public method (``begin_train``, ``begin_epoch``,
+``begin_step``, ``end_step``, ``end_epoch``, ``end_train``, the eval pieces,
+``leave_on_exception``), so that a loop with other epoch accounting — ``RecModel.online_train``'s,
+where in sink mode every batch is one epoch — subclasses the bridge and overrides only the
+Lightning hooks whose mapping differs.
 """
 
 from __future__ import annotations

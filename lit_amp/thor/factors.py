@@ -2,29 +2,11 @@
 
 Pure PyTorch. One :class:`LayerFactors` per preconditioned layer (``nn.Linear``, ``nn.Conv1d``,
 ``nn.Conv2d``, ``nn.Embedding``) records, while its hooks are installed (second-order steps
-only), the statistics of the layer's input and of the gradient w.r.t. its output:
-
-=============  ==========================================  ====================================
-Layer          A (input factor)                            G (output-gradient factor)
-=============  ==========================================  ====================================
-Linear         ``XᵀX / M``, X the inputs as (M, in) rows   ``n · DᵀD / S²``, D the output
-                                                           gradients as (M, out) rows
-Conv1d/2d      ``PᵀP / M``, P the im2col patches           same, D as (N·L, out) rows
-               (N·L, Cin·k) after the layer's own padding
-Embedding      diagonal: id counts / M                     same, D as (M, dim) rows
-=============  ==========================================  ====================================
-
-``M`` is the number of rows, ``n`` the batch dimension (the leading one) and ``S`` the loss
-scale the backward pass ran with. With a mean-reduced loss ``n·D`` are per-example output
-gradients, so ``A ⊗ G`` estimates the layer's Fisher block exactly as MindSpore's
-``G · batch_size² / loss_scale²`` does for a Dense layer; for convolutions this is the KFC
-normalisation (Grosse & Martens 2016), which keeps the damping meaning the same for every layer
-type (MindSpore rescales the damping of conv layers by ad-hoc normalisers instead).
-
-Statistics are kept per forward call until the optimizer consumes them: a call whose backward
-never ran, or whose statistics are not finite (an overflowing fp16 step that the loss scaler
-skipped), is dropped, so skipped steps never corrupt the factors. Everything is computed in
-float32 whatever the compute dtype.
+only), the statistics of the layer's input (A) and of the gradient w.r.t. its output (G), in
+float32 whatever the compute dtype, and inverts them in diagonal blocks. Statistics of a call
+whose backward never ran or that are not finite (a step the loss scaler skipped) are dropped,
+so skipped steps never corrupt the factors. How each layer type's factors are normalised is in
+docs/differences.md, "THOR".
 
 Example:
     >>> import torch

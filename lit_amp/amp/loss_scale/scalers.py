@@ -1,21 +1,10 @@
 """Functional loss scalers: MindSpore's ``mindspore.amp`` ``LossScaler`` family in PyTorch.
 
-Pure PyTorch (no Lightning). These are the building blocks for a hand-written training loop
-(docs/semantics.md §2.5); ``Model`` / ``LitModel`` / ``AmpPrecision`` use
-:class:`~lit_amp.amp.loss_scale.controller.LossScaleController` instead.
-
-- :class:`StaticLossScaler` multiplies by a fixed scale; :meth:`~LossScaler.adjust` does nothing.
-- :class:`DynamicLossScaler` grows the scale ``×scale_factor`` after ``scale_window`` consecutive
-  finite steps (only if the grown value is finite) and shrinks it ``÷scale_factor`` (floor 1)
-  on a non-finite step.
-- :func:`all_finite` tells whether every element of a tensor or of a tuple/list of tensors is
-  finite.
-
-``scale`` / ``unscale`` follow MindSpore exactly: the scale (or its fp32 reciprocal) is first
-cast to the input's dtype and then multiplied, so the result keeps the input's dtype. The state
-(``scale_value`` fp32, ``counter`` int32) lives in 0-d tensors that :meth:`DynamicLossScaler.to`
-moves to a device; :meth:`~DynamicLossScaler.adjust` uses tensor ops only (no host sync), so it
-can run on the accelerator.
+Pure PyTorch (no Lightning). :class:`StaticLossScaler`, :class:`DynamicLossScaler` and
+:func:`all_finite` are the building blocks for a hand-written training loop, ported so that
+MindSpore loops that use them run unchanged (docs/semantics.md §2.5); ``Model`` / ``LitModel``
+/ ``AmpPrecision`` use :class:`~lit_amp.amp.loss_scale.controller.LossScaleController` instead.
+The dynamic rule is the one every lit_amp scale moves by (:mod:`~lit_amp.amp.loss_scale.rule`).
 
 Example:
     >>> import torch
