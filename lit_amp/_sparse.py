@@ -1,5 +1,4 @@
-"""Sparse gradients: :func:`coalesced`, torch's ``coalesce`` without its sort where the
-indices are already sorted and distinct.
+"""Sparse gradients: :func:`coalesced`, torch's ``coalesce`` without a sort of sorted indices.
 
 An embedding looked up once per distinct row (``WideDeep``: ``torch.unique`` first) gets a
 sparse gradient whose indices are strictly increasing, but torch never marks it coalesced

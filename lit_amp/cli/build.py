@@ -3,8 +3,7 @@
 Every ``_target_`` goes through the one instantiate helper (:mod:`lit_amp.cli.instantiate`);
 a value that a lit_amp class rejects is reported as one :class:`ConfigError` naming the config
 key. THOR's ``steps_per_epoch: null`` is filled from the training data; a THOR optimizer turns
-the Model into a ``ThorModel``; ``mode=online`` builds a ``RecModel``. Training runs get
-Lightning's ``ThroughputMonitor`` (logged as ``train/samples_per_sec``).
+the Model into a ``ThorModel``; ``mode=online`` builds a ``RecModel``.
 
 Example:
     >>> batch_size([(torch.zeros(4, 2), torch.zeros(4)), (torch.zeros(3, 2), torch.zeros(3))])

@@ -6,9 +6,8 @@ submitit owns the signal and the requeue (Lightning's auto-requeue is off:
 :func:`run_task` replaces submitit's handlers with a recorder, the run's ``StopOnSignal``
 (:func:`callbacks`) stops every rank after the same step, a ``BackupAndRestore`` writes the
 position, :func:`check_stopped` skips evaluation and ``result.json``, and the task hands over
-to submitit's handler (requeue) or ends. A requeued job whose ``result.json`` says ``ok`` is not
-trained again. The cases, and the tests of each: docs/clusters.md, "Preemption, requeue and the
-time limit".
+to submitit's handler (requeue) or ends; a job whose ``result.json`` says ``ok`` is not trained
+again. Cases and tests: docs/clusters.md, "Preemption, requeue and the time limit".
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Demo networks and data for MNIST-1D: what the examples, configs, tests and benchmarks train.
 
 Not part of the training API: only ``lit_amp.cli``, tests, examples and benchmarks import it.
-Names are imported lazily (PEP 562).
 
 Example:
     >>> from lit_amp.demos import CNN1D, synthetic_loaders

@@ -7,8 +7,7 @@ optimizer update: one launch) and replays it for each batch copied into static b
 the losses and weights of eager training. It drives the step only through ``LitModel``'s
 public seam (:mod:`lit_amp.model.train_step`), so the step has one definition; whether it may
 be captured is :mod:`lit_amp.model.graph_plan`'s. A batch of another shape runs eagerly, and
-a change of what the graph baked in (hyperparameters, modes, clipping) captures it again.
-docs/differences.md ("Sink mode as a CUDA graph") gives the rules and limits for users.
+a change of what it baked in captures it again (rules: docs/differences.md, "Sink mode").
 """
 
 from __future__ import annotations

@@ -1,47 +1,13 @@
 """FSDP2 (``fully_shard``) sharded data parallelism for ``Model`` and ``LitModel``.
 
-Lightning's ``ModelParallelStrategy`` sets up a device mesh and calls
-``LightningModule.configure_model``; it reduces gradients only for parameters that were
-parallelized there. ``LitModel.configure_model`` calls :func:`prepare_sharded` under it, which
-shards an unparallelized network itself:
-
-* **Rule**: ``fully_shard`` on every direct child of the network that holds parameters, except
-  normalization layers (BatchNorm, LayerNorm, GroupNorm, ...), whose few parameters stay with
-  the root, and children that share a parameter with another part of the network (a head
-  tied to the embedding, ``head.weight = emb.weight``): sharding each of them would make two
-  shards of one weight and break the tie, so they stay with their common parent, the root,
-  whose unit holds the shared weight once; then ``fully_shard`` on the network (the root);
-  every unit reshards after its
-  forward, so outside a step every parameter is a shard. A network whose parameters already
-  are ``DTensor`` s (sharded by an earlier call, or by the user) is left as it is, so a second
-  ``train``/``eval`` on the same model does not shard twice.
-* **Optimizer**: ``fully_shard`` replaces the parameters by new ``DTensor`` parameters. The
-  user's optimizer is kept (the same object, so every reference to it stays valid) and its
-  param groups are re-pointed, by parameter name, at the new parameters; hyper-parameters and
-  per-group options are untouched, existing state is sharded like its parameter. At fit start
-  ownership is checked both ways, else ``ValueError``: every parameter the optimizer holds must
-  be a sharded parameter of the model (not so after ``fully_shard`` applied by the user after
-  building the optimizer: the optimizer would update parameters the model no longer uses and
-  nothing would train), and every trainable parameter of the model must be in the optimizer
-  (else it would get gradients and never change, silently).
-* **Refused**: THOR (its statistics hooks and matrices work on full layers) and boost levels
-  (``boost_level`` != "O0": their algorithms wrap DDP) — use ``'ddp'``. A
-  ``ModelParallelStrategy`` with ``tensor_parallel_size > 1`` and no tensor-parallel plan
-  applied by the user.
-* **Mixed precision**: lit_amp's own O-level hooks (``lit_amp.amp``), applied *before*
-  ``fully_shard`` so that FSDP's pre-forward all-gather runs first and lit_amp casts the
-  gathered plain tensors; parameters stay float32 shards (master weights) and gradients are
-  reduced in float32. FSDP2's ``MixedPrecisionPolicy`` is not used: it casts a whole FSDP unit
-  to one dtype, so it cannot keep a BatchNorm inside a block in float32 or follow O1's and O3's
-  per-module lists, and the numerics would differ from the same level under DDP.
-* **Evaluation**: the parameters are gathered once for the whole pass (:func:`gathered`), so a
-  rank with fewer (or no) evaluation batches than another does not leave an all-gather waiting.
-  BatchNorm buffers (not sharded) are rank 0's after training (:func:`broadcast_buffers`), as
-  under DDP.
-
-``"fsdp2"`` is registered as a Lightning strategy name (:class:`FSDP2Strategy`), so
-``Model(..., trainer={"strategy": "fsdp2", "devices": 2})`` and ``Trainer(strategy="fsdp2")``
-get a fresh strategy per Trainer.
+Lightning's ``ModelParallelStrategy`` reduces gradients only for parameters parallelized in
+``configure_model``; :func:`prepare_sharded`, called there by ``LitModel``, shards a plain
+network itself (each direct child holding parameters, except norms and children sharing a
+weight, then the root), re-points the user's optimizer at the sharded parameters and checks
+ownership both ways. THOR and boost levels are refused; mixed precision is lit_amp's own
+conversion, applied before sharding. Evaluation gathers the parameters once per pass.
+``"fsdp2"`` is registered as a Lightning strategy name (:class:`FSDP2Strategy`). The rules
+and their reasons: docs/differences.md, "Sharded training is FSDP2".
 """
 
 from __future__ import annotations

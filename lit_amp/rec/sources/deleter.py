@@ -2,9 +2,8 @@
 
 ``DirectorySource(delete_consumed=True)`` is told in the training loop that a checkpoint is
 durable; unlinking the hundreds of files it covers there, while a multi-GB checkpoint is being
-written back, blocked the loop for 0.1-0.3 s per checkpoint (docs/benchmarks.md). A
-:class:`Deleter` takes the list and returns at once; one thread unlinks the files, and
-:meth:`Deleter.wait` lets the end of a run (or a test) wait for it.
+written back, blocked the loop for 0.1-0.3 s per checkpoint. A :class:`Deleter` takes the
+list and returns at once; one thread unlinks them (:meth:`Deleter.wait` waits for it).
 
 A file is deleted only if it is still the file that was read: a name given with its identity
 ``(inode, size, mtime_ns)`` that now holds another file (a producer reused the name) is left
